@@ -1,0 +1,78 @@
+// simple(values): one exchange per element, all started at once (each runs until its first
+// wait before the next starts), then the source is finished. simple(value): one exchange.
+// sequence(values): one at a time, each awaited before the next (natural backpressure).
+// generate(fn): calls fn() for the next body until it returns nullopt, one at a time.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "rc/endpoint.hpp"
+
+namespace rc {
+
+template <class T>
+class simple_source final : public source<T> {
+ public:
+  simple_source(std::vector<T> values, bool sequential) : values_(std::move(values)), sequential_(sequential) {}
+  std::string_view adapter() const override { return sequential_ ? "sequence" : "simple"; }
+  task<void> run(source_context& sc) override {
+    for (auto& v : values_) {
+      if (sc.stopping()) break;
+      if (sequential_)
+        (void)co_await sc.emit(sc.make(std::move(v)));
+      else
+        sc.spawn(sc.make(std::move(v)));
+    }
+    values_.clear();
+  }
+
+ private:
+  std::vector<T> values_;
+  bool sequential_;
+};
+
+template <class T>
+simple_source<T> simple(std::vector<T> values) {
+  return simple_source<T>(std::move(values), false);
+}
+template <class T>
+simple_source<T> simple(std::initializer_list<T> values) {
+  return simple_source<T>(std::vector<T>(values), false);
+}
+template <class T>
+simple_source<T> simple(T value) {
+  std::vector<T> v;
+  v.push_back(std::move(value));
+  return simple_source<T>(std::move(v), false);
+}
+template <class T>
+simple_source<T> sequence(std::vector<T> values) {
+  return simple_source<T>(std::move(values), true);
+}
+
+template <class T>
+class generator_source final : public source<T> {
+ public:
+  explicit generator_source(std::function<std::optional<T>()> next) : next_(std::move(next)) {}
+  std::string_view adapter() const override { return "generate"; }
+  task<void> run(source_context& sc) override {
+    while (!sc.stopping()) {
+      std::optional<T> v = next_();
+      if (!v) break;
+      (void)co_await sc.emit(sc.make(std::move(*v)));
+    }
+  }
+
+ private:
+  std::function<std::optional<T>()> next_;
+};
+
+/// Bodies from a function, one at a time, until it returns std::nullopt.
+template <class F, class T = typename std::invoke_result_t<F&>::value_type>
+generator_source<T> generate(F next) {
+  return generator_source<T>(std::function<std::optional<T>()>(std::move(next)));
+}
+
+}  // namespace rc

@@ -1,0 +1,23 @@
+// Umbrella header: everything a route author needs.
+#pragma once
+
+#include "rc/builder.hpp"
+#include "rc/clock.hpp"
+#include "rc/context.hpp"
+#include "rc/direct.hpp"
+#include "rc/endpoint.hpp"
+#include "rc/error.hpp"
+#include "rc/events.hpp"
+#include "rc/exchange.hpp"
+#include "rc/log.hpp"
+#include "rc/options.hpp"
+#include "rc/route.hpp"
+#include "rc/simple.hpp"
+#include "rc/spy.hpp"
+#include "rc/step.hpp"
+#include "rc/steps.hpp"
+#include "rc/time.hpp"
+#include "rc/timer.hpp"
+#include "rc/wrappers/delay.hpp"
+#include "rc/wrappers/retry.hpp"
+#include "rc/wrappers/throttle.hpp"

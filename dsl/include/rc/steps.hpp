@@ -1,0 +1,179 @@
+// The typed steps the builder appends. Each is synchronous (no coroutine frame) unless it has to
+// wait for something; the body cast is unchecked because the builder's types guarantee it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "rc/context.hpp"
+#include "rc/endpoint.hpp"
+#include "rc/error.hpp"
+#include "rc/step.hpp"
+
+namespace rc {
+
+/// Engine-owned header keys cannot be set with .header() (RC5003).
+inline void check_header_key(const std::string& key) {
+  if (key.rfind("routecraft.", 0) == 0)
+    throw error(errc::misconfigured,
+                fmt::format("header({{ key }}) must not be an engine key (routecraft.*), got \"{}\".", key));
+  if (key.empty()) throw error(errc::misconfigured, "header({ key }) must be a non-empty string, got \"\".");
+}
+
+template <class In, class Out, class F>
+class transform_step final : public step {
+ public:
+  explicit transform_step(F f) : f_(std::move(f)) {}
+  std::string_view operation() const override { return "transform"; }
+  bool synchronous() const noexcept override { return true; }
+  outcome run_now(exchange& ex, route_runtime&) override {
+    In& in = ex.body<In>();
+    if constexpr (std::is_invocable_v<F&, In&&, exchange&>) {
+      if constexpr (std::is_same_v<In, Out>)
+        in = f_(std::move(in), ex);
+      else
+        ex.set_body(f_(std::move(in), ex));
+    } else {
+      if constexpr (std::is_same_v<In, Out>)
+        in = f_(std::move(in));
+      else
+        ex.set_body(f_(std::move(in)));
+    }
+    return outcome::proceed();
+  }
+
+ private:
+  F f_;
+};
+
+template <class F>
+class process_step final : public step {
+ public:
+  explicit process_step(F f) : f_(std::move(f)) {}
+  std::string_view operation() const override { return "process"; }
+  bool synchronous() const noexcept override { return true; }
+  outcome run_now(exchange& ex, route_runtime&) override {
+    f_(ex);
+    return outcome::proceed();
+  }
+
+ private:
+  F f_;
+};
+
+template <class Body, class P>
+class filter_step final : public step {
+ public:
+  explicit filter_step(P p) : p_(std::move(p)) {}
+  std::string_view operation() const override { return "filter"; }
+  bool synchronous() const noexcept override { return true; }
+  outcome run_now(exchange& ex, route_runtime&) override {
+    bool keep;
+    try {
+      keep = p_(static_cast<const Body&>(ex.body<Body>()));
+    } catch (...) {
+      throw error(errc::step_failed, "Filter predicate threw: " + message_of(std::current_exception()), true,
+                  std::current_exception());
+    }
+    return keep ? outcome::proceed() : outcome::dropped("filtered");
+  }
+
+ private:
+  P p_;
+};
+
+template <class F>
+class header_step final : public step {
+ public:
+  header_step(std::string key, F f) : key_(std::move(key)), f_(std::move(f)) {}
+  std::string_view operation() const override { return "header"; }
+  bool synchronous() const noexcept override { return true; }
+  outcome run_now(exchange& ex, route_runtime&) override {
+    ex.set_header(key_, nlohmann::json(f_(static_cast<const exchange&>(ex))));
+    return outcome::proceed();
+  }
+
+ private:
+  std::string key_;
+  F f_;
+};
+
+/// .to(destination)
+class to_step final : public step {
+ public:
+  explicit to_step(std::unique_ptr<destination_base> d) : d_(std::move(d)), sync_(d_->synchronous()) {}
+  std::string_view operation() const override { return "to"; }
+  std::string_view adapter() const override { return d_->adapter(); }
+  bool synchronous() const noexcept override { return sync_; }
+  outcome run_now(exchange& ex, route_runtime& rt) override {
+    d_->send_now(ex, rt);
+    return outcome::proceed();
+  }
+  task<outcome> run(exchange& ex, route_runtime& rt) override {
+    co_await d_->send(ex, rt);
+    co_return outcome::proceed();
+  }
+
+ private:
+  std::unique_ptr<destination_base> d_;
+  bool sync_;
+};
+
+/// .to(function): calls it with the body; a returned Body replaces the body.
+template <class Body, class F>
+class call_step final : public step {
+ public:
+  explicit call_step(F f) : f_(std::move(f)) {}
+  std::string_view operation() const override { return "to"; }
+  std::string_view adapter() const override { return "inline"; }
+  bool synchronous() const noexcept override { return true; }
+  outcome run_now(exchange& ex, route_runtime&) override {
+    using R = std::invoke_result_t<F&, Body&>;
+    if constexpr (std::is_same_v<std::decay_t<R>, Body>)
+      ex.body<Body>() = f_(ex.body<Body>());
+    else
+      (void)f_(ex.body<Body>());
+    return outcome::proceed();
+  }
+
+ private:
+  F f_;
+};
+
+/// .request<Reply>(endpoint): the endpoint's reply body replaces the body.
+template <class Reply, class D>
+class request_step final : public step {
+ public:
+  explicit request_step(D d) : d_(std::move(d)) {}
+  std::string_view operation() const override { return "request"; }
+  std::string_view adapter() const override { return d_.adapter(); }
+  task<outcome> run(exchange& ex, route_runtime& rt) override {
+    exchange reply = co_await d_.call(ex, rt);
+    if (!reply.raw_body().template holds<Reply>())
+      throw error(errc::validation, fmt::format("request(): the reply body is not of the requested type"));
+    ex.raw_body() = std::move(reply.raw_body());
+    co_return outcome::proceed();
+  }
+
+ private:
+  D d_;
+};
+
+/// .tap(destination): a detached copy; failures are reported, never reach the route.
+class tap_step final : public step {
+ public:
+  explicit tap_step(std::unique_ptr<destination_base> d) : d_(std::move(d)) {}
+  std::string_view operation() const override { return "tap"; }
+  std::string_view adapter() const override { return d_->adapter(); }
+  bool synchronous() const noexcept override { return true; }
+  outcome run_now(exchange& ex, route_runtime& rt) override;
+
+ private:
+  std::shared_ptr<destination_base> d_;
+};
+
+}  // namespace rc

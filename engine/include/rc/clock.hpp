@@ -1,0 +1,156 @@
+// The clock seam: the only place the engine learns the time or waits.
+//
+// A `scheduler` keeps every pending wait in one indexed min-heap ordered by (due time,
+// registration order), so ties resolve in arrival order and removal is O(log n). A wait can be
+// tied to up to two `cancel_signal`s (a route's intake, an exchange's abort); firing a signal
+// wakes its waits at once in O(waits on that signal). Resumption is handed to the executor
+// (`set_executor`), never run on the thread that fired a signal.
+//
+// Two clocks: `manual_clock` (tests, rc-sim) whose time moves only when told, and the steady
+// clock that the context builds on Asio (context.cpp). Nothing else reads a clock or sleeps.
+#pragma once
+
+#include <coroutine>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <vector>
+
+#include "rc/time.hpp"
+
+namespace rc {
+
+class scheduler;
+struct timer_wait;
+
+enum class wait_result : std::uint8_t { elapsed, cancelled };
+
+/// A one-shot signal that cuts waits short: a route's intake (stop), an exchange's abort (client
+/// gone). Thread-safe. Fire is idempotent.
+class cancel_signal {
+ public:
+  explicit cancel_signal(scheduler& owner) noexcept : owner_(&owner) {}
+  cancel_signal(const cancel_signal&) = delete;
+  cancel_signal& operator=(const cancel_signal&) = delete;
+  ~cancel_signal();
+
+  void fire();
+  bool fired() const noexcept;
+  /// Calls `f` once when fired (at once if already fired). Used by components that must react to
+  /// a cancellation outside a wait (close a socket, abandon a request). Not for hot paths.
+  void on_fire(std::function<void()> f);
+
+ private:
+  friend class scheduler;
+  scheduler* owner_;
+  bool fired_ = false;             // guarded by owner_->mutex_
+  timer_wait* head_ = nullptr;     // intrusive list of waits, guarded by owner_->mutex_
+  std::vector<std::function<void()>> callbacks_;
+};
+
+/// One pending wait. Lives in the awaiting coroutine's frame; never allocated on its own.
+struct timer_wait {
+  time_point due{};
+  std::uint64_t sequence = 0;
+  std::size_t heap_index = static_cast<std::size_t>(-1);
+  std::coroutine_handle<> waiter;
+  wait_result result = wait_result::elapsed;
+  cancel_signal* signals[2] = {nullptr, nullptr};
+  timer_wait* prev[2] = {nullptr, nullptr};
+  timer_wait* next[2] = {nullptr, nullptr};
+};
+
+class scheduler {
+ public:
+  using executor_fn = std::function<void(std::coroutine_handle<>)>;
+
+  virtual ~scheduler() = default;
+  virtual time_point now() const = 0;
+
+  /// Where woken coroutines are resumed. Until set, they are resumed inline (pure engine tests).
+  void set_executor(executor_fn fn) { executor_ = std::move(fn); }
+
+  struct wait_awaiter {
+    scheduler& sched;
+    timer_wait node;
+    bool await_ready() noexcept { return sched.try_complete_now(node); }
+    bool await_suspend(std::coroutine_handle<> h) { return sched.enqueue(node, h); }
+    wait_result await_resume() const noexcept { return node.result; }
+  };
+
+  /// Waits until `due` or until one of the signals fires. A due time not after now() and a signal
+  /// already fired both complete without suspending.
+  wait_awaiter wait_until(time_point due, cancel_signal* a = nullptr, cancel_signal* b = nullptr) {
+    wait_awaiter w{*this, {}};
+    w.node.due = due;
+    w.node.signals[0] = a;
+    w.node.signals[1] = b;
+    return w;
+  }
+
+  struct yield_awaiter {
+    scheduler& sched;
+    bool await_ready() const noexcept { return false; }
+    void await_suspend(std::coroutine_handle<> h) { sched.resume(h); }
+    void await_resume() const noexcept {}
+  };
+  /// Goes to the back of the executor's ready queue (a zero wait that still lets others run).
+  yield_awaiter yield() noexcept { return {*this}; }
+
+  /// Number of pending waits (all routes).
+  std::size_t pending() const;
+  /// Due time of the earliest pending wait, or time_point::max() when none.
+  time_point next_due() const;
+
+ protected:
+  /// The heap's top changed to `due` (called with the mutex held). The steady clock re-arms its
+  /// timer here; the manual clock ignores it.
+  virtual void earliest_changed(time_point /*due*/) {}
+  /// Pops every wait due at or before `limit` (or only the first one when `one`), and hands each
+  /// to the executor. Returns how many were woken.
+  std::size_t fire_due(time_point limit, bool one);
+  void resume(std::coroutine_handle<> h) {
+    if (executor_)
+      executor_(h);
+    else
+      h.resume();
+  }
+
+  bool has_pending_locked() const noexcept { return !heap_.empty(); }
+  time_point next_due_locked() const noexcept { return heap_.front()->due; }
+
+  mutable std::mutex mutex_;
+
+ private:
+  friend class cancel_signal;
+  bool try_complete_now(timer_wait& node);
+  bool enqueue(timer_wait& node, std::coroutine_handle<> h);
+  void heap_push(timer_wait* w);
+  void heap_remove(timer_wait* w);
+  void sift_up(std::size_t i);
+  void sift_down(std::size_t i);
+  static bool earlier(const timer_wait* a, const timer_wait* b) noexcept {
+    return a->due != b->due ? a->due < b->due : a->sequence < b->sequence;
+  }
+  void unlink_signals(timer_wait* w);
+
+  std::vector<timer_wait*> heap_;
+  std::uint64_t sequence_ = 0;
+  executor_fn executor_;
+};
+
+/// Virtual time for tests and rc-sim. Single-threaded: time moves only through advance_to/
+/// fire_next, and everything due is resumed in (due, registration) order.
+class manual_clock final : public scheduler {
+ public:
+  time_point now() const override;
+  /// Sets now() forward (never back).
+  void set_now(time_point t);
+  /// Wakes the earliest wait if it is due at or before `limit`, moving now() to its due time.
+  bool fire_next(time_point limit);
+
+ private:
+  time_point now_{};
+};
+
+}  // namespace rc

@@ -1,0 +1,113 @@
+// rc::context: owns the executor, the clock, the routes and the event bus.
+//
+// Real time: `start()` starts the sources on the context's own worker threads (1 by default,
+// `threads` on request) over Boost.Asio; `drain()` blocks until every finite source has finished
+// and no exchange is in flight; `stop()` closes intake (waiting throttle and delay waits end at
+// once and their exchanges are admitted and run to completion), drains within
+// `shutdown_timeout`, then stops the threads.
+//
+// Virtual time (`rc::context ctx(rc::virtual_time)`): nothing runs on its own. The caller drives
+// the manual clock with `advance(d)`, `run_until_idle()` and `drain()`, which run everything due
+// in (due time, registration) order on the calling thread. Tests and rc-sim use this mode; runs
+// are exact and identical every time.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <typeindex>
+#include <unordered_map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rc/clock.hpp"
+#include "rc/events.hpp"
+#include "rc/route.hpp"
+
+namespace rc {
+
+struct virtual_time_t {
+  explicit virtual_time_t() = default;
+};
+inline constexpr virtual_time_t virtual_time{};
+
+struct context_options {
+  unsigned threads = 1;
+  /// How long stop() lets in-flight exchanges finish before abandoning them.
+  duration shutdown_timeout = std::chrono::seconds(30);
+  /// Context id in event payloads; random when empty.
+  std::string id;
+};
+
+struct stop_result {
+  bool forced = false;
+  std::vector<std::string> pending;  // routes with work still in flight when forced
+};
+
+class context {
+ public:
+  context();
+  explicit context(context_options options);
+  explicit context(virtual_time_t, context_options options = {});
+  ~context();
+  context(const context&) = delete;
+  context& operator=(const context&) = delete;
+
+  /// Registers a route (anything with a build() returning route_definition, or a definition).
+  route_runtime& add(route_definition def);
+  template <class Builder, class = decltype(std::declval<Builder&&>().build())>
+  route_runtime& add(Builder&& b) {
+    return add(std::forward<Builder>(b).build());
+  }
+
+  subscription on(std::string_view name, event_handler h) { return events().on(name, std::move(h)); }
+  subscription once(std::string_view name, event_handler h) { return events().once(name, std::move(h)); }
+  subscription for_route(std::string route_id, event_handler h) {
+    return events().for_route(std::move(route_id), std::move(h));
+  }
+
+  void start();
+  /// Waits until every finite source has finished and nothing is in flight.
+  void drain();
+  stop_result stop();
+
+  // Virtual time only.
+  bool is_virtual() const noexcept;
+  void advance(duration d);
+  void advance_to(time_point t);
+  /// Runs until nothing is ready and no wait is pending (never returns with an endless source).
+  void run_until_idle();
+
+  time_point now() const;
+  scheduler& clock() noexcept;
+  event_bus& events() noexcept;
+  const std::string& id() const noexcept;
+  route_runtime* find_route(std::string_view id) noexcept;
+  const std::vector<std::unique_ptr<route_runtime>>& routes() const noexcept;
+
+  /// Runs `f` on the context's executor (from any thread).
+  void post(std::function<void()> f);
+  /// Bookkeeping for work outside a route run that drain() must wait for (taps, replies).
+  void work_started() noexcept;
+  void work_finished() noexcept;
+
+  /// One shared instance of T per context (component registries: direct endpoints, HTTP
+  /// servers). Created on first use with T(context&). Thread-safe.
+  template <class T>
+  T& service() {
+    std::lock_guard lock(services_mutex_);
+    auto& slot = services_[std::type_index(typeid(T))];
+    if (!slot) slot = std::make_shared<T>(*this);
+    return *static_cast<T*>(slot.get());
+  }
+
+  struct impl;
+
+ private:
+  std::unique_ptr<impl> impl_;
+  std::mutex services_mutex_;
+  std::unordered_map<std::type_index, std::shared_ptr<void>> services_;
+};
+
+}  // namespace rc

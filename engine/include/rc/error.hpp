@@ -1,0 +1,78 @@
+// rc::error: every failure the engine reports is one of these, with a registered code.
+//
+// The codes and their default retryability live in one table (error.cpp); a raise site may give
+// its own message (naming the option, the value and the rule) and structured `details` such as
+// `retry_after_ms`, which transports read instead of parsing messages.
+#pragma once
+
+#include <exception>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+namespace rc {
+
+enum class errc : int {
+  no_usable_source = 1001,      // RC1001
+  duplicate_route = 1002,       // RC1002
+  context_stopped = 1004,       // RC1004
+  invalid_dsl = 2001,           // RC2001
+  missing_from = 2002,          // RC2002
+  route_aborted = 3001,         // RC3001
+  step_failed = 5001,           // RC5001
+  validation = 5002,            // RC5002
+  misconfigured = 5003,         // RC5003
+  no_direct_handler = 5004,     // RC5004
+  connection_failed = 5010,     // RC5010
+  timed_out = 5011,             // RC5011
+  rate_limited = 5013,          // RC5013
+  dropped_no_reply = 5031,      // RC5031
+  unsupported_outcome = 5032,   // RC5032
+  bad_shutdown_timeout = 5058,  // RC5058
+  unknown = 9901,               // RC9901
+};
+
+/// "RC5013" for errc::rate_limited.
+std::string code_string(errc code);
+/// The table's default: may a retry help?
+bool default_retryable(errc code) noexcept;
+/// The table's short meaning of a code ("rate limited").
+std::string_view code_meaning(errc code) noexcept;
+
+class error : public std::exception {
+ public:
+  error(errc code, std::string message);
+  error(errc code, std::string message, bool retryable, std::exception_ptr cause = nullptr,
+        nlohmann::json details = nlohmann::json::object());
+
+  errc code() const noexcept { return code_; }
+  std::string code_string() const { return rc::code_string(code_); }
+  const std::string& message() const noexcept { return message_; }
+  bool retryable() const noexcept { return retryable_; }
+  const std::exception_ptr& cause() const noexcept { return cause_; }
+  /// Structured fields for machines (retry_after_ms, limit, key, ...). Always an object.
+  const nlohmann::json& details() const noexcept { return details_; }
+  nlohmann::json& details() noexcept { return details_; }
+
+  /// "RC5013: <message>"
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  errc code_;
+  std::string message_;
+  bool retryable_;
+  std::exception_ptr cause_;
+  nlohmann::json details_;
+  std::string what_;
+};
+
+/// Turns any exception into an rc::error: rc::error passes through unchanged; anything else
+/// becomes RC5001 (retryable) with the original message and the original as cause.
+error to_error(const std::exception_ptr& e);
+/// The error behind an exception_ptr, normalised, as an exception_ptr (cheap when already rc::error).
+std::exception_ptr normalise(const std::exception_ptr& e);
+/// The message of any exception ("unknown error" for non-std exceptions).
+std::string message_of(const std::exception_ptr& e);
+
+}  // namespace rc

@@ -1,0 +1,323 @@
+// Keyed LRU: a bounded table of small per-key state, for keyed throttle buckets (reference 5.3).
+//
+// touch(key, can_evict) finds a key or inserts it with a value-initialised State. A full table
+// makes room by evicting the least recently used entry that can_evict accepts, looking at no more
+// than eviction_scan entries from the LRU end; if none of those may go, touch returns nullptr and
+// the caller refuses the request. Forgetting a bucket in debt would let its key skip the queue,
+// so the table never evicts an entry can_evict refuses. State pointers stay valid until their
+// entry is evicted or the table is cleared. No locking inside: callers serialise access.
+//
+// Layout, chosen to cost under 64 bytes per key plus the characters of long keys:
+// - slots {State, prev, next, hash, key} live in fixed-size chunks, allocated as the table fills
+//   and never moved (hence the stable pointers). prev/next are uint32 slot numbers forming the LRU
+//   list. Keys up to 16 characters are stored in the slot, longer ones in an exact-size buffer.
+// - the index is open addressing with linear probing over uint32 entries, each packing a slot
+//   number with high hash bits as a tag, so a probe rarely touches a slot whose key cannot match.
+//   It doubles at 3/4 load and deletes by backward shift, so it needs no tombstones.
+#pragma once
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <stdexcept>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace rc {
+
+namespace detail {
+
+/// A key and its hash: short keys inline, long keys in an exact-size heap buffer.
+class stored_key {
+ public:
+  static constexpr std::size_t inline_capacity = 16;
+
+  stored_key() noexcept = default;
+  stored_key(const stored_key&) = delete;
+  stored_key& operator=(const stored_key&) = delete;
+  ~stored_key() { release(); }
+
+  std::string_view view() const noexcept {
+    return {is_inline() ? chars_.inline_chars : chars_.heap_chars, size_};
+  }
+  std::uint32_t hash() const noexcept { return hash_; }
+  std::size_t heap_bytes() const noexcept { return is_inline() ? 0 : size_; }
+
+  /// Strong guarantee: if allocating the buffer throws, the old key is kept.
+  void assign(std::string_view key, std::uint32_t hash) {
+    if (key.size() > std::numeric_limits<std::uint32_t>::max()) {
+      throw std::length_error("rc::keyed_lru: key longer than 4 GiB");
+    }
+    char* heap = key.size() > inline_capacity ? new char[key.size()] : nullptr;
+    release();
+    if (heap != nullptr) chars_.heap_chars = heap;
+    std::copy(key.begin(), key.end(), heap != nullptr ? heap : chars_.inline_chars);
+    size_ = static_cast<std::uint32_t>(key.size());
+    hash_ = hash;
+  }
+
+ private:
+  bool is_inline() const noexcept { return size_ <= inline_capacity; }
+
+  void release() noexcept {
+    if (!is_inline()) delete[] chars_.heap_chars;
+    size_ = 0;
+  }
+
+  std::uint32_t hash_ = 0;
+  std::uint32_t size_ = 0;
+  union {
+    char inline_chars[inline_capacity];
+    char* heap_chars;
+  } chars_{};
+};
+
+}  // namespace detail
+
+template <class State>
+class keyed_lru {
+ public:
+  /// How many entries from the LRU end touch examines when looking for one to evict.
+  static constexpr std::size_t eviction_scan = 8;
+  /// Keeps slot numbers, tags and index positions within 32 bits.
+  static constexpr std::size_t max_supported_keys = std::size_t{1} << 30;
+
+  /// Throws std::invalid_argument unless 1 <= max_keys <= max_supported_keys. Allocates nothing.
+  explicit keyed_lru(std::size_t max_keys)
+      : max_keys_(checked(max_keys)),
+        // An index entry holds slot + 1 in its low bits (0 means empty) and a hash tag above them.
+        slot_mask_(
+            static_cast<std::uint32_t>((std::uint64_t{1} << std::bit_width(max_keys_)) - 1)) {}
+
+  /// A moved-from table is empty, keeps its max_keys and can be used again.
+  keyed_lru(keyed_lru&& other) noexcept : max_keys_(other.max_keys_), slot_mask_(other.slot_mask_) {
+    take_contents(other);
+  }
+  keyed_lru& operator=(keyed_lru&& other) noexcept {
+    if (this != &other) {
+      max_keys_ = other.max_keys_;
+      slot_mask_ = other.slot_mask_;
+      take_contents(other);
+    }
+    return *this;
+  }
+
+  /// Finds key, making it the most recently used, or inserts it with a value-initialised State.
+  /// Returns nullptr, changing nothing, when the table is full and none of the eviction_scan least
+  /// recently used entries passes can_evict(const State&).
+  template <class CanEvict>
+  State* touch(std::string_view key, CanEvict&& can_evict) {
+    const key_hash h = hash_of(key);
+    if (const std::uint32_t found = find_slot(key, h); found != nil) {
+      move_to_front(found);
+      return &at(found).state;
+    }
+    std::uint32_t s;
+    if (size_ < max_keys_) {
+      make_room_for_one_more();
+      s = size_;
+      replace_key(s, key, h);
+      ++size_;
+    } else {
+      s = pick_victim(can_evict);
+      if (s == nil) return nullptr;
+      const std::uint32_t victim_pos = index_position_of(s);
+      replace_key(s, key, h);  // the only step that can throw; the victim is intact if it does
+      erase_index_at(victim_pos);
+      unlink(s);
+      at(s).state = State{};
+    }
+    link_front(s);
+    insert_index(s, h);
+    return &at(s).state;
+  }
+
+  /// Finds key without changing the LRU order.
+  State* find(std::string_view key) noexcept {
+    const std::uint32_t s = find_slot(key, hash_of(key));
+    return s == nil ? nullptr : &at(s).state;
+  }
+
+  std::size_t size() const noexcept { return size_; }
+  std::size_t max_keys() const noexcept { return max_keys_; }
+
+  /// Heap bytes the table has requested: slots, index, chunk list and the characters of long keys
+  /// (not the allocator's own overhead per long key).
+  std::size_t memory_bytes() const noexcept {
+    return slots_allocated_ * sizeof(slot) + chunks_.capacity() * sizeof(chunks_[0]) +
+           index_size() * sizeof(std::uint32_t) + heap_key_bytes_;
+  }
+
+  /// Forgets every key and releases all memory.
+  void clear() noexcept {
+    chunks_ = decltype(chunks_)();
+    index_.reset();
+    index_mask_ = 0;
+    slots_allocated_ = 0;
+    heap_key_bytes_ = 0;
+    size_ = 0;
+    head_ = tail_ = nil;
+  }
+
+ private:
+  static constexpr std::uint32_t nil = std::numeric_limits<std::uint32_t>::max();
+  static constexpr unsigned chunk_bits = 7;  // 128 slots: 6 KiB with a 16-byte State
+  static constexpr std::uint32_t chunk_mask = (1u << chunk_bits) - 1;
+  static constexpr std::size_t min_index_size = 8;
+
+  static std::uint32_t checked(std::size_t max_keys) {
+    if (max_keys == 0 || max_keys > max_supported_keys) {
+      throw std::invalid_argument("rc::keyed_lru: max_keys must be in [1, 2^30]");
+    }
+    return static_cast<std::uint32_t>(max_keys);
+  }
+
+  struct slot {
+    State state{};
+    std::uint32_t prev = nil;  // towards the most recently used
+    std::uint32_t next = nil;  // towards the least recently used
+    detail::stored_key key;
+  };
+
+  struct key_hash {
+    std::uint32_t home;  // low hash bits: where probing starts; also kept in the slot
+    std::uint32_t tag;   // high hash bits, positioned above the slot number
+  };
+
+  key_hash hash_of(std::string_view key) const noexcept {
+    const auto h = static_cast<std::uint64_t>(std::hash<std::string_view>{}(key));
+    return {static_cast<std::uint32_t>(h), static_cast<std::uint32_t>(h >> 32) & ~slot_mask_};
+  }
+
+  slot& at(std::uint32_t s) noexcept { return chunks_[s >> chunk_bits][s & chunk_mask]; }
+  std::uint32_t slot_of(std::uint32_t entry) const noexcept { return (entry & slot_mask_) - 1; }
+  std::size_t index_size() const noexcept { return index_ ? std::size_t{index_mask_} + 1 : 0; }
+
+  std::uint32_t find_slot(std::string_view key, key_hash h) noexcept {
+    if (!index_) return nil;
+    for (std::uint32_t pos = h.home & index_mask_;; pos = (pos + 1) & index_mask_) {
+      const std::uint32_t entry = index_[pos];
+      if (entry == 0) return nil;
+      if ((entry & ~slot_mask_) != h.tag) continue;
+      const std::uint32_t s = slot_of(entry);
+      const detail::stored_key& k = at(s).key;
+      if (k.hash() == h.home && k.view() == key) return s;
+    }
+  }
+
+  std::uint32_t index_position_of(std::uint32_t s) noexcept {
+    std::uint32_t pos = at(s).key.hash() & index_mask_;
+    while (slot_of(index_[pos]) != s) pos = (pos + 1) & index_mask_;
+    return pos;
+  }
+
+  void insert_index(std::uint32_t s, key_hash h) noexcept {
+    std::uint32_t pos = h.home & index_mask_;
+    while (index_[pos] != 0) pos = (pos + 1) & index_mask_;
+    index_[pos] = h.tag | (s + 1);
+  }
+
+  // Backward-shift deletion: pull later entries of the probe run into the hole when their home
+  // allows it, so lookups never need tombstones.
+  void erase_index_at(std::uint32_t hole) noexcept {
+    for (std::uint32_t pos = (hole + 1) & index_mask_; index_[pos] != 0;
+         pos = (pos + 1) & index_mask_) {
+      const std::uint32_t home = at(slot_of(index_[pos])).key.hash() & index_mask_;
+      if (((pos - home) & index_mask_) >= ((pos - hole) & index_mask_)) {
+        index_[hole] = index_[pos];
+        hole = pos;
+      }
+    }
+    index_[hole] = 0;
+  }
+
+  template <class CanEvict>
+  std::uint32_t pick_victim(CanEvict& can_evict) {
+    std::uint32_t s = tail_;
+    for (std::size_t seen = 0; seen < eviction_scan && s != nil; ++seen, s = at(s).prev) {
+      if (can_evict(std::as_const(at(s).state))) return s;
+    }
+    return nil;
+  }
+
+  // Allocates what inserting slot number size_ needs: its chunk and index space at <= 3/4 load.
+  void make_room_for_one_more() {
+    if (size_ == slots_allocated_) {
+      const std::size_t n = std::min<std::size_t>(chunk_mask + 1, max_keys_ - slots_allocated_);
+      chunks_.push_back(std::unique_ptr<slot[]>(new slot[n]));
+      slots_allocated_ += n;
+    }
+    if ((std::size_t{size_} + 1) * 4 > index_size() * 3) {
+      rebuild_index(std::max(min_index_size, index_size() * 2));
+    }
+  }
+
+  void rebuild_index(std::size_t new_size) {
+    const std::size_t old_size = index_size();
+    auto old = std::exchange(index_, std::make_unique<std::uint32_t[]>(new_size));  // zeroed
+    index_mask_ = static_cast<std::uint32_t>(new_size - 1);
+    for (std::size_t i = 0; i < old_size; ++i) {
+      const std::uint32_t entry = old[i];
+      if (entry == 0) continue;
+      std::uint32_t pos = at(slot_of(entry)).key.hash() & index_mask_;
+      while (index_[pos] != 0) pos = (pos + 1) & index_mask_;
+      index_[pos] = entry;
+    }
+  }
+
+  void replace_key(std::uint32_t s, std::string_view key, key_hash h) {
+    detail::stored_key& k = at(s).key;
+    const std::size_t old_heap_bytes = k.heap_bytes();
+    k.assign(key, h.home);
+    heap_key_bytes_ = heap_key_bytes_ - old_heap_bytes + k.heap_bytes();
+  }
+
+  void unlink(std::uint32_t s) noexcept {
+    slot& x = at(s);
+    (x.prev == nil ? head_ : at(x.prev).next) = x.next;
+    (x.next == nil ? tail_ : at(x.next).prev) = x.prev;
+    x.prev = x.next = nil;
+  }
+
+  void link_front(std::uint32_t s) noexcept {
+    slot& x = at(s);
+    x.prev = nil;
+    x.next = head_;
+    (head_ == nil ? tail_ : at(head_).prev) = s;
+    head_ = s;
+  }
+
+  void take_contents(keyed_lru& other) noexcept {
+    size_ = std::exchange(other.size_, 0);
+    head_ = std::exchange(other.head_, nil);
+    tail_ = std::exchange(other.tail_, nil);
+    index_mask_ = std::exchange(other.index_mask_, 0);
+    slots_allocated_ = std::exchange(other.slots_allocated_, 0);
+    heap_key_bytes_ = std::exchange(other.heap_key_bytes_, 0);
+    chunks_ = std::exchange(other.chunks_, decltype(chunks_)());
+    index_ = std::move(other.index_);
+  }
+
+  void move_to_front(std::uint32_t s) noexcept {
+    if (s == head_) return;
+    unlink(s);
+    link_front(s);
+  }
+
+  std::uint32_t max_keys_;
+  std::uint32_t slot_mask_;
+  std::uint32_t size_ = 0;
+  std::uint32_t head_ = nil;  // most recently used
+  std::uint32_t tail_ = nil;  // least recently used
+  std::uint32_t index_mask_ = 0;
+  std::size_t slots_allocated_ = 0;
+  std::size_t heap_key_bytes_ = 0;
+  std::vector<std::unique_ptr<slot[]>> chunks_;
+  std::unique_ptr<std::uint32_t[]> index_;
+};
+
+}  // namespace rc

@@ -1,0 +1,135 @@
+// Routes: what the builder produces (route_definition) and what runs (route_runtime).
+//
+// The run list of a route is fixed by the reference's chain, outside in:
+//   [gate_1 ... gate_n, segment wrappers( user steps )]
+// where gates are the route-scope throttle-class operations (throttle, slow_down, rate_limit) in
+// declaration order, each admitting once, and the segment wrappers (retry, ...) re-run the user
+// steps below them. The builder decides what goes where; the runtime only runs it.
+//
+// The executor runs one exchange through a list of steps, one at a time. It emits the generic
+// step events for steps that do not own theirs, normalises failures (plain exceptions become
+// RC5001) and emits route:step:error once per failure, then the terminal exchange event.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rc/clock.hpp"
+#include "rc/events.hpp"
+#include "rc/exchange.hpp"
+#include "rc/step.hpp"
+#include "rc/task.hpp"
+
+namespace rc {
+
+class context;
+class route_runtime;
+class source_context;
+
+/// Where exchanges come from. `run` produces until it is finished (finite sources) or until the
+/// intake signal fires, and returns.
+class source_base {
+ public:
+  virtual ~source_base() = default;
+  virtual std::string_view adapter() const = 0;
+  virtual task<void> run(source_context& sc) = 0;
+  /// Finite sources are waited for by drain(); a source that serves requests until stopped
+  /// (direct, timer without a count, http) is not.
+  virtual bool finite() const noexcept { return true; }
+};
+
+using segment_factory = std::function<std::unique_ptr<step>(std::unique_ptr<step> tail)>;
+
+struct route_definition {
+  std::string id;
+  std::string title;
+  std::string description;
+  std::unique_ptr<source_base> source;
+  std::vector<std::unique_ptr<step>> gates;        // route scope, admit once, declaration order
+  std::vector<segment_factory> segments;           // route scope, outermost first (retry, ...)
+  std::vector<std::unique_ptr<step>> steps;        // the user pipeline
+};
+
+/// The result of one run: how it ended, and the exchange as it ended (for replies).
+struct run_result {
+  outcome result;
+  exchange ex;
+};
+
+class route_runtime {
+ public:
+  route_runtime(context& ctx, route_definition def);
+  ~route_runtime();
+
+  const std::string& id() const noexcept { return def_.id; }
+  const route_definition& definition() const noexcept { return def_; }
+  context& ctx() noexcept { return ctx_; }
+  scheduler& clock() noexcept;
+  event_bus& events() noexcept;
+  time_point now() const;
+  /// Fires when the route stops taking new work: waits in gates end early and admit.
+  cancel_signal& intake() noexcept { return intake_; }
+
+  /// Runs one exchange through the whole route, emitting the lifecycle events. Never throws.
+  task<run_result> process(exchange ex);
+  /// The same when every step of the route is synchronous: no coroutine at all.
+  run_result process_now(exchange ex);
+  bool all_synchronous() const noexcept { return all_sync_; }
+
+  /// Runs `steps` in order on `ex` (used by the top level and by segments). Never throws.
+  task<outcome> run_steps(std::span<const std::unique_ptr<step>> steps, exchange& ex);
+
+  /// Stamps a fresh exchange for this route (route binding, operation "from").
+  void adopt(exchange& ex) const noexcept { ex.set_route(this); }
+
+  std::size_t in_flight() const noexcept { return in_flight_.load(std::memory_order_acquire); }
+
+ private:
+  friend class context;
+  void begin_run(exchange& ex, time_point& started);
+  void end_run(const exchange& ex, outcome& o, time_point started);
+  outcome run_steps_now(std::span<const std::unique_ptr<step>> steps, exchange& ex);
+  bool before_step(step& s, exchange& ex, time_point& started);
+  void after_step(step& s, exchange& ex, outcome& o, bool events, time_point started);
+
+  context& ctx_;
+  route_definition def_;
+  std::vector<std::unique_ptr<step>> run_list_;
+  bool all_sync_ = true;
+  cancel_signal intake_;
+  std::atomic<std::size_t> in_flight_{0};
+};
+
+/// What a source sees: its route, the intake signal, the clock, and emit/spawn.
+class source_context {
+ public:
+  explicit source_context(route_runtime& rt) : route_(rt) {}
+
+  route_runtime& route() noexcept { return route_; }
+  bool stopping() const noexcept { return route_.intake().fired(); }
+  time_point now() const { return route_.now(); }
+  /// Sleeps until `t` or until the route stops taking work.
+  auto sleep_until(time_point t) { return route_.clock().wait_until(t, &route_.intake()); }
+
+  /// Runs the exchange through the route and waits for it (natural backpressure).
+  task<run_result> emit(exchange ex);
+  /// Starts the exchange and returns at its first wait; drain() waits for it.
+  void spawn(exchange ex);
+  /// A fresh exchange carrying `body`, bound to this route.
+  template <class T>
+  exchange make(T&& body) {
+    exchange ex;
+    ex.set_body(std::forward<T>(body));
+    route_.adopt(ex);
+    return ex;
+  }
+
+ private:
+  route_runtime& route_;
+};
+
+}  // namespace rc

@@ -1,0 +1,195 @@
+#include "rc/clock.hpp"
+
+#include <cassert>
+
+namespace rc {
+
+cancel_signal::~cancel_signal() {
+  // A signal must outlive its waits; firing detaches them all, so fire on the way out.
+  fire();
+}
+
+bool cancel_signal::fired() const noexcept {
+  std::lock_guard lock(owner_->mutex_);
+  return fired_;
+}
+
+void cancel_signal::on_fire(std::function<void()> f) {
+  {
+    std::lock_guard lock(owner_->mutex_);
+    if (!fired_) {
+      callbacks_.push_back(std::move(f));
+      return;
+    }
+  }
+  f();
+}
+
+void cancel_signal::fire() {
+  std::vector<std::coroutine_handle<>> woken;
+  std::vector<std::function<void()>> callbacks;
+  {
+    std::lock_guard lock(owner_->mutex_);
+    if (fired_) return;
+    fired_ = true;
+    while (timer_wait* w = head_) {
+      owner_->heap_remove(w);
+      owner_->unlink_signals(w);
+      w->result = wait_result::cancelled;
+      woken.push_back(w->waiter);
+    }
+    callbacks.swap(callbacks_);
+  }
+  for (auto h : woken) owner_->resume(h);
+  for (auto& f : callbacks) f();
+}
+
+bool scheduler::try_complete_now(timer_wait& node) {
+  for (auto* s : node.signals)
+    if (s && s->fired()) {
+      node.result = wait_result::cancelled;
+      return true;
+    }
+  if (node.due <= now()) {
+    node.result = wait_result::elapsed;
+    return true;
+  }
+  return false;
+}
+
+bool scheduler::enqueue(timer_wait& node, std::coroutine_handle<> h) {
+  std::lock_guard lock(mutex_);
+  for (auto* s : node.signals)
+    if (s && s->fired_) {
+      node.result = wait_result::cancelled;
+      return false;  // resume at once
+    }
+  node.waiter = h;
+  node.sequence = sequence_++;
+  for (int i = 0; i < 2; ++i) {
+    cancel_signal* s = node.signals[i];
+    if (!s) continue;
+    // Push front onto the signal's list; a node links on slot i for signals[i].
+    node.prev[i] = nullptr;
+    node.next[i] = s->head_;
+    if (s->head_) {
+      int j = s->head_->signals[0] == s ? 0 : 1;
+      s->head_->prev[j] = &node;
+    }
+    s->head_ = &node;
+  }
+  heap_push(&node);
+  if (heap_.front() == &node) earliest_changed(node.due);
+  return true;
+}
+
+void scheduler::unlink_signals(timer_wait* w) {
+  for (int i = 0; i < 2; ++i) {
+    cancel_signal* s = w->signals[i];
+    if (!s) continue;
+    if (w->prev[i]) {
+      timer_wait* p = w->prev[i];
+      p->next[p->signals[0] == s ? 0 : 1] = w->next[i];
+    } else {
+      s->head_ = w->next[i];
+    }
+    if (w->next[i]) {
+      timer_wait* n = w->next[i];
+      n->prev[n->signals[0] == s ? 0 : 1] = w->prev[i];
+    }
+    w->prev[i] = w->next[i] = nullptr;
+  }
+}
+
+std::size_t scheduler::fire_due(time_point limit, bool one) {
+  std::vector<std::coroutine_handle<>> woken;
+  {
+    std::lock_guard lock(mutex_);
+    while (!heap_.empty() && heap_.front()->due <= limit) {
+      timer_wait* w = heap_.front();
+      heap_remove(w);
+      unlink_signals(w);
+      w->result = wait_result::elapsed;
+      woken.push_back(w->waiter);
+      if (one) break;
+    }
+    if (!heap_.empty()) earliest_changed(heap_.front()->due);
+  }
+  for (auto h : woken) resume(h);
+  return woken.size();
+}
+
+std::size_t scheduler::pending() const {
+  std::lock_guard lock(mutex_);
+  return heap_.size();
+}
+
+time_point scheduler::next_due() const {
+  std::lock_guard lock(mutex_);
+  return heap_.empty() ? time_point::max() : heap_.front()->due;
+}
+
+void scheduler::heap_push(timer_wait* w) {
+  w->heap_index = heap_.size();
+  heap_.push_back(w);
+  sift_up(w->heap_index);
+}
+
+void scheduler::heap_remove(timer_wait* w) {
+  const std::size_t i = w->heap_index;
+  assert(i < heap_.size() && heap_[i] == w);
+  timer_wait* last = heap_.back();
+  heap_.pop_back();
+  w->heap_index = static_cast<std::size_t>(-1);
+  if (last == w) return;
+  heap_[i] = last;
+  last->heap_index = i;
+  sift_up(i);
+  sift_down(last->heap_index);
+}
+
+void scheduler::sift_up(std::size_t i) {
+  while (i > 0) {
+    std::size_t parent = (i - 1) / 2;
+    if (!earlier(heap_[i], heap_[parent])) break;
+    std::swap(heap_[i], heap_[parent]);
+    heap_[i]->heap_index = i;
+    heap_[parent]->heap_index = parent;
+    i = parent;
+  }
+}
+
+void scheduler::sift_down(std::size_t i) {
+  const std::size_t n = heap_.size();
+  for (;;) {
+    std::size_t smallest = i, l = 2 * i + 1, r = l + 1;
+    if (l < n && earlier(heap_[l], heap_[smallest])) smallest = l;
+    if (r < n && earlier(heap_[r], heap_[smallest])) smallest = r;
+    if (smallest == i) return;
+    std::swap(heap_[i], heap_[smallest]);
+    heap_[i]->heap_index = i;
+    heap_[smallest]->heap_index = smallest;
+    i = smallest;
+  }
+}
+
+time_point manual_clock::now() const {
+  std::lock_guard lock(mutex_);
+  return now_;
+}
+
+void manual_clock::set_now(time_point t) {
+  std::lock_guard lock(mutex_);
+  if (t > now_) now_ = t;
+}
+
+bool manual_clock::fire_next(time_point limit) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!has_pending_locked() || next_due_locked() > limit) return false;
+    now_ = std::max(now_, next_due_locked());
+  }
+  return fire_due(now(), true) > 0;
+}
+
+}  // namespace rc

@@ -1,0 +1,307 @@
+#include "rc/context.hpp"
+
+#include <condition_variable>
+#include <random>
+#include <thread>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <fmt/chrono.h>
+#include <fmt/format.h>
+
+#include "rc/error.hpp"
+
+namespace asio = boost::asio;
+
+namespace rc {
+namespace {
+
+// The real clock: steady_clock, re-based to the context's creation so engine times stay small.
+// One asio timer is armed for the earliest pending wait; the heap does the rest.
+class steady_scheduler final : public scheduler {
+ public:
+  explicit steady_scheduler(asio::io_context& io)
+      : epoch_(std::chrono::steady_clock::now()), timer_(io) {}
+
+  time_point now() const override {
+    return time_point(std::chrono::duration_cast<duration>(std::chrono::steady_clock::now() - epoch_));
+  }
+
+  ~steady_scheduler() override {
+    std::lock_guard lock(mutex_);
+    timer_.cancel();
+  }
+
+ protected:
+  void earliest_changed(time_point due) override {  // mutex_ held
+    if (due >= armed_) return;
+    armed_ = due;
+    timer_.expires_at(epoch_ + due.time_since_epoch());
+    timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec == asio::error::operation_aborted) return;
+      {
+        std::lock_guard lock(mutex_);
+        armed_ = time_point::max();
+      }
+      fire_due(now(), false);
+    });
+  }
+
+ private:
+  std::chrono::steady_clock::time_point epoch_;
+  asio::steady_timer timer_;
+  time_point armed_ = time_point::max();
+};
+
+std::string random_context_id() {
+  std::random_device rd;
+  return fmt::format("ctx-{:08x}{:08x}", rd(), rd());
+}
+
+std::string iso_timestamp(std::chrono::system_clock::time_point tp) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(tp.time_since_epoch()).count();
+  const std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:03}Z", tm, ms % 1000);
+}
+
+}  // namespace
+
+struct context::impl {
+  context_options options;
+  bool is_virtual;
+  asio::io_context io;
+  std::unique_ptr<scheduler> clock;
+  manual_clock* manual = nullptr;
+  std::unique_ptr<event_bus> bus;
+  std::vector<std::unique_ptr<route_runtime>> routes;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
+  std::vector<std::thread> threads;
+
+  std::mutex mutex;  // guards the condition below
+  std::condition_variable idle_cv;
+  std::atomic<std::size_t> work{0};           // runs in flight + other tracked work
+  std::atomic<std::size_t> finite_sources{0};  // finite sources still producing
+  enum class state { created, started, stopped } phase = state::created;
+  std::optional<stop_result> stopped_with;
+
+  impl(context_options o, bool virt) : options(std::move(o)), is_virtual(virt) {
+    if (options.shutdown_timeout <= duration::zero())
+      throw error(errc::bad_shutdown_timeout,
+                  fmt::format("context shutdown_timeout must be > 0, got {}ms", to_ms(options.shutdown_timeout)));
+    if (options.threads == 0)
+      throw error(errc::misconfigured, "context threads must be >= 1, got 0");
+    if (options.id.empty()) options.id = random_context_id();
+    if (is_virtual) {
+      auto m = std::make_unique<manual_clock>();
+      manual = m.get();
+      clock = std::move(m);
+    } else {
+      clock = std::make_unique<steady_scheduler>(io);
+    }
+    clock->set_executor([this](std::coroutine_handle<> h) { asio::post(io, [h] { h.resume(); }); });
+    auto render = is_virtual ? std::function<std::string(time_point)>([](time_point t) {
+      return iso_timestamp(std::chrono::system_clock::time_point(
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(t.time_since_epoch())));
+    })
+                             : std::function<std::string(time_point)>([](time_point) {
+                                 return iso_timestamp(std::chrono::system_clock::now());
+                               });
+    bus = std::make_unique<event_bus>(options.id, [this] { return clock->now(); }, std::move(render));
+  }
+
+  std::atomic<int> waiting{0};  // threads blocked in drain()/stop(); completions notify only then
+
+  void notify() {
+    if (waiting.load() == 0) return;  // seq_cst pairs with the waiter's increment
+    std::lock_guard lock(mutex);
+    idle_cv.notify_all();
+  }
+  bool idle() const {
+    return work.load(std::memory_order_acquire) == 0 && finite_sources.load(std::memory_order_acquire) == 0;
+  }
+
+  // Virtual time: run ready work; when none is left, jump to the next wait; stop when `done()`
+  // or when nothing is ready and nothing waits before `limit`.
+  template <class Done>
+  void run_virtual(time_point limit, Done done) {
+    for (;;) {
+      io.restart();
+      const std::size_t ran = io.poll();
+      if (done()) return;
+      if (ran > 0) continue;
+      if (!manual->fire_next(limit)) return;
+    }
+  }
+
+  task<void> run_source(route_runtime& rt) {
+    source_context sc(rt);
+    const bool finite = rt.definition().source->finite();
+    bus->emit(event_id::route_started, [&] { return nlohmann::json{{"routeId", rt.id()}}; });
+    try {
+      co_await rt.definition().source->run(sc);
+    } catch (...) {
+      const error err = to_error(std::current_exception());
+      const nlohmann::json e = {{"code", err.code_string()}, {"message", err.message()}};
+      bus->emit(event_id::route_source_failed, [&] {
+        return nlohmann::json{{"routeId", rt.id()}, {"adapter", rt.definition().source->adapter()}, {"error", e}};
+      });
+      bus->emit(event_id::context_error, [&] { return nlohmann::json{{"error", e}, {"route", rt.id()}}; });
+    }
+    if (finite) {
+      finite_sources.fetch_sub(1, std::memory_order_acq_rel);
+      notify();
+    }
+  }
+};
+
+context::context() : context(context_options{}) {}
+context::context(context_options options) : impl_(std::make_unique<impl>(std::move(options), false)) {}
+context::context(virtual_time_t, context_options options)
+    : impl_(std::make_unique<impl>(std::move(options), true)) {}
+
+context::~context() {
+  if (impl_->phase == impl::state::started) stop();
+  // Anything still queued (abandoned by a forced stop) is destroyed with the io_context.
+}
+
+route_runtime& context::add(route_definition def) {
+  if (impl_->phase == impl::state::stopped) throw error(errc::context_stopped, "add() on a stopped context");
+  if (!def.source) throw error(errc::no_usable_source, fmt::format("route \"{}\" has no source", def.id));
+  for (const auto& r : impl_->routes)
+    if (r->id() == def.id) throw error(errc::duplicate_route, fmt::format("duplicate route id \"{}\"", def.id));
+  auto& rt = *impl_->routes.emplace_back(std::make_unique<route_runtime>(*this, std::move(def)));
+  impl_->bus->emit(event_id::route_registered, [&] { return nlohmann::json{{"routeId", rt.id()}}; });
+  if (impl_->phase == impl::state::started) {
+    if (rt.definition().source->finite()) impl_->finite_sources.fetch_add(1);
+    rc::spawn([this, &rt] { return impl_->run_source(rt); });
+  }
+  return rt;
+}
+
+void context::start() {
+  auto& m = *impl_;
+  if (m.phase == impl::state::stopped) throw error(errc::context_stopped, "start() on a stopped context");
+  if (m.phase == impl::state::started) return;
+  m.phase = impl::state::started;
+  m.bus->emit(event_id::context_starting, [] { return nlohmann::json::object(); });
+  m.bus->emit(event_id::context_started, [] { return nlohmann::json::object(); });
+  for (auto& r : m.routes) {
+    m.bus->emit(event_id::route_starting, [&] { return nlohmann::json{{"routeId", r->id()}}; });
+    if (r->definition().source->finite()) m.finite_sources.fetch_add(1);
+    route_runtime* rt = r.get();
+    asio::post(m.io, [&m, rt] { rc::spawn([&m, rt] { return m.run_source(*rt); }); });
+  }
+  if (!m.is_virtual) {
+    m.guard.emplace(m.io.get_executor());
+    for (unsigned i = 0; i < m.options.threads; ++i) m.threads.emplace_back([&m] { m.io.run(); });
+  }
+}
+
+void context::drain() {
+  auto& m = *impl_;
+  if (m.phase != impl::state::started) return;
+  if (m.is_virtual) {
+    m.run_virtual(time_point::max(), [&] { return m.idle(); });
+    return;
+  }
+  m.waiting.fetch_add(1);
+  {
+    std::unique_lock lock(m.mutex);
+    m.idle_cv.wait(lock, [&] { return m.idle(); });
+  }
+  m.waiting.fetch_sub(1);
+}
+
+stop_result context::stop() {
+  auto& m = *impl_;
+  if (m.stopped_with) return *m.stopped_with;
+  if (m.phase == impl::state::created) {
+    m.phase = impl::state::stopped;
+    m.stopped_with = stop_result{};
+    return *m.stopped_with;
+  }
+  m.bus->emit(event_id::context_stopping, [] { return nlohmann::json::object(); });
+  // Stage one: close intake. Sources stop producing; waiting gates wake and admit.
+  for (auto& r : m.routes) {
+    m.bus->emit(event_id::route_stopping, [&] { return nlohmann::json{{"routeId", r->id()}}; });
+    r->intake().fire();
+    m.bus->emit(event_id::route_stopped, [&] { return nlohmann::json{{"routeId", r->id()}}; });
+  }
+  // Drain, bounded.
+  auto in_flight = [&] { return m.work.load(std::memory_order_acquire) == 0 && m.finite_sources.load() == 0; };
+  if (m.is_virtual) {
+    const time_point limit = m.clock->now() + m.options.shutdown_timeout;
+    m.run_virtual(limit, in_flight);
+  } else {
+    m.waiting.fetch_add(1);
+    {
+      std::unique_lock lock(m.mutex);
+      m.idle_cv.wait_for(lock, m.options.shutdown_timeout, in_flight);
+    }
+    m.waiting.fetch_sub(1);
+  }
+  stop_result result;
+  if (!in_flight()) {
+    result.forced = true;
+    for (auto& r : m.routes)
+      if (r->in_flight() > 0) result.pending.push_back(r->id());
+  }
+  if (!m.is_virtual) {
+    m.guard.reset();
+    m.io.stop();
+    for (auto& t : m.threads) t.join();
+    m.threads.clear();
+  }
+  m.phase = impl::state::stopped;
+  m.stopped_with = result;
+  m.bus->emit(event_id::context_stopped, [&] {
+    return nlohmann::json{{"forced", result.forced}, {"pending", result.pending}};
+  });
+  return result;
+}
+
+bool context::is_virtual() const noexcept { return impl_->is_virtual; }
+
+void context::advance(duration d) { advance_to(now() + d); }
+
+void context::advance_to(time_point t) {
+  auto& m = *impl_;
+  if (!m.is_virtual) throw error(errc::invalid_dsl, "advance() needs a context built with rc::virtual_time");
+  m.run_virtual(t, [] { return false; });
+  m.manual->set_now(t);
+  m.io.restart();
+  m.io.poll();
+}
+
+void context::run_until_idle() {
+  auto& m = *impl_;
+  if (!m.is_virtual) throw error(errc::invalid_dsl, "run_until_idle() needs a context built with rc::virtual_time");
+  m.run_virtual(time_point::max(), [] { return false; });
+}
+
+time_point context::now() const { return impl_->clock->now(); }
+scheduler& context::clock() noexcept { return *impl_->clock; }
+event_bus& context::events() noexcept { return *impl_->bus; }
+const std::string& context::id() const noexcept { return impl_->options.id; }
+
+route_runtime* context::find_route(std::string_view id) noexcept {
+  for (auto& r : impl_->routes)
+    if (r->id() == id) return r.get();
+  return nullptr;
+}
+
+const std::vector<std::unique_ptr<route_runtime>>& context::routes() const noexcept { return impl_->routes; }
+
+void context::post(std::function<void()> f) { asio::post(impl_->io, std::move(f)); }
+
+void context::work_started() noexcept { impl_->work.fetch_add(1, std::memory_order_acq_rel); }
+
+void context::work_finished() noexcept {
+  if (impl_->work.fetch_sub(1) == 1) impl_->notify();
+}
+
+}  // namespace rc

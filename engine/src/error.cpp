@@ -1,0 +1,92 @@
+#include "rc/error.hpp"
+
+#include <fmt/format.h>
+
+namespace rc {
+namespace {
+
+struct code_entry {
+  errc code;
+  bool retryable;
+  std::string_view meaning;
+};
+
+constexpr code_entry code_table[] = {
+    {errc::no_usable_source, false, "registration: no usable source"},
+    {errc::duplicate_route, false, "registration: duplicate route id"},
+    {errc::context_stopped, false, "start() on a stopped context"},
+    {errc::invalid_dsl, false, "invalid DSL use"},
+    {errc::missing_from, false, "missing .from()"},
+    {errc::route_aborted, false, "starting an aborted route"},
+    {errc::step_failed, true, "step failed"},
+    {errc::validation, false, "validation failed"},
+    {errc::misconfigured, false, "misconfiguration"},
+    {errc::no_direct_handler, false, "no handler on a direct endpoint"},
+    {errc::connection_failed, true, "connection failed"},
+    {errc::timed_out, true, "timeout"},
+    {errc::rate_limited, true, "rate limited"},
+    {errc::dropped_no_reply, false, "dropped, no reply"},
+    {errc::unsupported_outcome, false, "unsupported step outcome"},
+    {errc::bad_shutdown_timeout, false, "bad shutdown timeout"},
+    {errc::unknown, true, "unknown"},
+};
+
+const code_entry& entry_of(errc code) noexcept {
+  for (const auto& e : code_table)
+    if (e.code == code) return e;
+  return code_table[std::size(code_table) - 1];
+}
+
+}  // namespace
+
+std::string code_string(errc code) { return fmt::format("RC{}", static_cast<int>(code)); }
+bool default_retryable(errc code) noexcept { return entry_of(code).retryable; }
+std::string_view code_meaning(errc code) noexcept { return entry_of(code).meaning; }
+
+error::error(errc code, std::string message)
+    : error(code, std::move(message), default_retryable(code)) {}
+
+error::error(errc code, std::string message, bool retryable, std::exception_ptr cause,
+             nlohmann::json details)
+    : code_(code),
+      message_(std::move(message)),
+      retryable_(retryable),
+      cause_(std::move(cause)),
+      details_(details.is_object() ? std::move(details) : nlohmann::json::object()),
+      what_(fmt::format("{}: {}", rc::code_string(code_), message_)) {}
+
+std::string message_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const error& err) {
+    return err.message();
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+error to_error(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const error& err) {
+    return err;
+  } catch (const std::exception& ex) {
+    return error(errc::step_failed, ex.what(), true, e);
+  } catch (...) {
+    return error(errc::step_failed, "unknown error", true, e);
+  }
+}
+
+std::exception_ptr normalise(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const error&) {
+    return e;
+  } catch (...) {
+    return std::make_exception_ptr(to_error(e));
+  }
+}
+
+}  // namespace rc

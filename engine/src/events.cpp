@@ -1,0 +1,181 @@
+#include "rc/events.hpp"
+
+#include <algorithm>
+
+#include "rc/error.hpp"
+
+namespace rc {
+namespace {
+
+constexpr std::string_view names[] = {
+#define RC_EVENT_NAME(id, name) name,
+    RC_EVENT_TABLE(RC_EVENT_NAME)
+#undef RC_EVENT_NAME
+};
+
+using handler_list = std::vector<std::pair<std::uint64_t, std::shared_ptr<event_handler>>>;
+
+}  // namespace
+
+std::string_view event_name(event_id id) noexcept { return names[static_cast<std::size_t>(id)]; }
+
+std::optional<event_id> find_event(std::string_view name) noexcept {
+  for (std::size_t i = 0; i < event_count; ++i)
+    if (names[i] == name) return static_cast<event_id>(i);
+  return std::nullopt;
+}
+
+nlohmann::json event::to_json() const {
+  return {{"ts", ts}, {"contextId", context_id}, {"details", details}, {"_event", name}};
+}
+
+// Shared between the bus and its subscriptions, so a subscription outliving the bus is harmless.
+// Lists are copy-on-write: dispatch snapshots one by copying a shared_ptr under the mutex.
+struct subscription::state {
+  std::mutex mutex;
+  std::uint64_t next_token = 1;
+  std::array<std::shared_ptr<const handler_list>, event_count + 1> lists;  // last = catch-all
+  event_bus* bus = nullptr;
+};
+
+subscription::subscription(subscription&& o) noexcept
+    : bus_(std::move(o.bus_)), token_(std::exchange(o.token_, 0)) {
+  o.bus_.reset();
+}
+
+subscription& subscription::operator=(subscription&& o) noexcept {
+  if (this != &o) {
+    unsubscribe();
+    bus_ = std::move(o.bus_);
+    o.bus_.reset();
+    token_ = std::exchange(o.token_, 0);
+  }
+  return *this;
+}
+
+void subscription::unsubscribe() {
+  if (auto s = bus_.lock()) {
+    std::lock_guard lock(s->mutex);
+    for (auto& l : s->lists) {
+      if (!l) continue;
+      auto it = std::find_if(l->begin(), l->end(), [&](const auto& e) { return e.first == token_; });
+      if (it == l->end()) continue;
+      auto copy = std::make_shared<handler_list>(*l);
+      copy->erase(copy->begin() + (it - l->begin()));
+      l = std::move(copy);
+    }
+    if (s->bus) s->bus->refresh_flags_locked();
+  }
+  bus_.reset();
+}
+
+event_bus::event_bus(std::string context_id, std::function<time_point()> clock_now,
+                     std::function<std::string(time_point)> render_ts)
+    : context_id_(std::move(context_id)),
+      now_(std::move(clock_now)),
+      render_ts_(std::move(render_ts)),
+      state_(std::make_shared<subscription::state>()) {
+  state_->bus = this;
+}
+
+event_bus::~event_bus() {
+  std::lock_guard lock(state_->mutex);
+  state_->bus = nullptr;
+}
+
+std::uint64_t event_bus::add(std::optional<event_id> id, event_handler h) {
+  std::lock_guard lock(state_->mutex);
+  auto& l = state_->lists[id ? static_cast<std::size_t>(*id) : event_count];
+  auto copy = l ? std::make_shared<handler_list>(*l) : std::make_shared<handler_list>();
+  const std::uint64_t token = state_->next_token++;
+  copy->emplace_back(token, std::make_shared<event_handler>(std::move(h)));
+  l = std::move(copy);
+  refresh_flags_locked();
+  return token;
+}
+
+void event_bus::refresh_flags_locked() {
+  const auto& all = state_->lists[event_count];
+  const bool catch_all = all && !all->empty();
+  for (std::size_t i = 0; i < event_count; ++i) {
+    const auto& l = state_->lists[i];
+    any_[i].store(catch_all || (l && !l->empty()), std::memory_order_relaxed);
+  }
+}
+
+subscription event_bus::on(std::string_view name, event_handler h) {
+  std::optional<event_id> id;
+  if (name != "*") {
+    id = find_event(name);
+    if (!id && name.find('*') != std::string_view::npos)
+      throw error(errc::invalid_dsl,
+                  "event name \"" + std::string(name) +
+                      "\" is a pattern; only exact names and \"*\" are supported (identity is in "
+                      "the payload: use for_route() to filter by route)");
+    if (!id)
+      throw error(errc::invalid_dsl, "unknown event name \"" + std::string(name) +
+                                         "\"; subscribe to an exact event name or \"*\"");
+  }
+  return subscription(state_, add(id, std::move(h)));
+}
+
+subscription event_bus::once(std::string_view name, event_handler h) {
+  // The wrapper removes itself before calling h, so h runs at most once even if h re-emits.
+  auto self = std::make_shared<subscription>();
+  auto fired = std::make_shared<std::atomic<bool>>(false);
+  subscription sub = on(name, [self, fired, h = std::move(h)](const event& e) {
+    if (fired->exchange(true)) return;
+    self->unsubscribe();
+    h(e);
+  });
+  // The caller's handle and the wrapper's own handle name the same token.
+  *self = subscription(sub.bus_, sub.token_);
+  return sub;
+}
+
+subscription event_bus::for_route(std::string route_id, event_handler h) {
+  return on("*", [route_id = std::move(route_id), h = std::move(h)](const event& e) {
+    auto it = e.details.find("routeId");
+    if (it != e.details.end() && it->is_string() && it->get_ref<const std::string&>() == route_id) h(e);
+  });
+}
+
+void event_bus::dispatch(event_id id, nlohmann::json details) {
+  std::shared_ptr<const handler_list> exact, all;
+  {
+    std::lock_guard lock(state_->mutex);
+    exact = state_->lists[static_cast<std::size_t>(id)];
+    all = state_->lists[event_count];
+  }
+  if ((!exact || exact->empty()) && (!all || all->empty())) return;
+  event ev;
+  ev.id = id;
+  ev.name = event_name(id);
+  ev.at = now_();
+  ev.ts = render_ts_(ev.at);
+  ev.context_id = context_id_;
+  ev.details = details.is_object() ? std::move(details) : nlohmann::json::object();
+  for (const auto* l : {exact.get(), all.get()}) {
+    if (!l) continue;
+    for (const auto& [token, handler] : *l) {
+      try {
+        (*handler)(ev);
+      } catch (...) {
+        report_handler_failure(id, std::current_exception());
+      }
+    }
+  }
+}
+
+void event_bus::report_handler_failure(event_id id, std::exception_ptr e) {
+  // A failing context:error handler is not re-reported: that would recurse.
+  if (id == event_id::context_error) return;
+  const rc::error err = to_error(e);
+  emit(event_id::context_error, [&] {
+    return nlohmann::json{{"error", {{"code", err.code_string()}, {"message", err.message()}}},
+                          {"event", std::string(event_name(id))},
+                          {"source", "event-handler"}};
+  });
+}
+
+}  // namespace rc

@@ -1,0 +1,62 @@
+#include "rc/exchange.hpp"
+
+#include <atomic>
+#include <random>
+
+#include <fmt/format.h>
+
+namespace rc {
+namespace {
+
+// The high 64 bits of every id: random per process, so ids from two processes do not collide.
+std::uint64_t process_salt() {
+  static const std::uint64_t salt = [] {
+    std::random_device rd;
+    return (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  }();
+  return salt;
+}
+
+std::atomic<std::uint64_t> id_counter{1};
+
+}  // namespace
+
+std::uint64_t exchange::next_id() noexcept { return id_counter.fetch_add(1, std::memory_order_relaxed); }
+
+std::string exchange::id() const {
+  const std::uint64_t hi = process_salt();
+  // 8-4-4-4-12 hex: salt, then the counter.
+  return fmt::format("{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", static_cast<std::uint32_t>(hi >> 32),
+                     static_cast<std::uint32_t>((hi >> 16) & 0xffff),
+                     static_cast<std::uint32_t>(hi & 0xffff),
+                     static_cast<std::uint32_t>((id_ >> 48) & 0xffff), id_ & 0xffffffffffffULL);
+}
+
+std::string exchange::header_or(std::string_view key, std::string_view fallback) const {
+  const auto* v = headers_.find(key);
+  if (!v || v->is_null()) return std::string(fallback);
+  return v->is_string() ? v->get<std::string>() : v->dump();
+}
+
+nlohmann::json header_map::to_json() const {
+  auto out = nlohmann::json::object();
+  for (const auto& [k, v] : items_) out[k] = v;
+  return out;
+}
+
+exchange exchange::clone() const {
+  exchange out;
+  out.correlation_ = correlation_id();
+  out.headers_ = headers_;
+  out.body_ = body_.clone();
+  out.principal_ = principal_;
+  out.deadline_ = deadline_;
+  out.route_ = route_;
+  return out;
+}
+
+nlohmann::json exchange::to_json() const {
+  return {{"id", id()}, {"headers", headers_.to_json()}, {"body", body_.to_json()}};
+}
+
+}  // namespace rc

@@ -1,0 +1,251 @@
+// RateLimit header formatting, with the small SHA-256 and base64 that draft-8's `pk` needs.
+#include "rc/gates/rate_limit_headers.hpp"
+
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+namespace rc {
+namespace {
+
+constexpr std::int64_t floor_div(std::int64_t a, std::int64_t b) noexcept {
+  const auto q = a / b;
+  return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+std::string decimal(std::uint64_t value) { return std::to_string(value); }
+std::string decimal(std::int64_t value) { return std::to_string(value); }
+
+void append_padded(std::string& out, std::int64_t value, int width) {
+  auto digits = std::to_string(value);
+  if (digits.size() < static_cast<std::size_t>(width)) out.append(width - digits.size(), '0');
+  out += digits;
+}
+
+// ceil(window end / 1 s) as Unix seconds, computed without forming epoch nanoseconds.
+std::int64_t reset_epoch_seconds(std::int64_t wall_now_epoch_ms, duration reset_in) {
+  constexpr std::int64_t ns_per_ms = 1'000'000;
+  const auto whole_seconds = floor_div(wall_now_epoch_ms, 1000);
+  const auto rest = duration{(wall_now_epoch_ms - whole_seconds * 1000) * ns_per_ms} + reset_in;
+  constexpr std::int64_t ns_per_second = 1'000'000'000;
+  return whole_seconds + floor_div(rest.count(), ns_per_second) +
+         (rest.count() % ns_per_second != 0 ? 1 : 0);
+}
+
+// ---- SHA-256 (FIPS 180-4) ----
+
+constexpr std::array<std::uint32_t, 64> round_constants = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+constexpr std::uint32_t rotate_right(std::uint32_t x, int n) noexcept {
+  return (x >> n) | (x << (32 - n));
+}
+
+void compress(std::array<std::uint32_t, 8>& state, const unsigned char* block) noexcept {
+  std::array<std::uint32_t, 64> w{};
+  for (int i = 0; i < 16; ++i) {
+    w[i] = std::uint32_t{block[4 * i]} << 24U | std::uint32_t{block[4 * i + 1]} << 16U |
+           std::uint32_t{block[4 * i + 2]} << 8U | std::uint32_t{block[4 * i + 3]};
+  }
+  for (int i = 16; i < 64; ++i) {
+    const auto s0 = rotate_right(w[i - 15], 7) ^ rotate_right(w[i - 15], 18) ^ (w[i - 15] >> 3U);
+    const auto s1 = rotate_right(w[i - 2], 17) ^ rotate_right(w[i - 2], 19) ^ (w[i - 2] >> 10U);
+    w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+  }
+  auto [a, b, c, d, e, f, g, h] = state;
+  for (int i = 0; i < 64; ++i) {
+    const auto sum1 = rotate_right(e, 6) ^ rotate_right(e, 11) ^ rotate_right(e, 25);
+    const auto choose = (e & f) ^ (~e & g);
+    const auto t1 = h + sum1 + choose + round_constants[i] + w[i];
+    const auto sum0 = rotate_right(a, 2) ^ rotate_right(a, 13) ^ rotate_right(a, 22);
+    const auto majority = (a & b) ^ (a & c) ^ (b & c);
+    const auto t2 = sum0 + majority;
+    h = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
+  }
+  const std::array<std::uint32_t, 8> worked = {a, b, c, d, e, f, g, h};
+  for (int i = 0; i < 8; ++i) state[i] += worked[i];
+}
+
+constexpr std::string_view hex_digits = "0123456789abcdef";
+
+}  // namespace
+
+std::string sha256_hex(std::string_view data) {
+  std::array<std::uint32_t, 8> state = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                        0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  const auto* bytes = reinterpret_cast<const unsigned char*>(data.data());
+  std::size_t offset = 0;
+  for (; data.size() - offset >= 64; offset += 64) compress(state, bytes + offset);
+
+  // Last data, a 0x80 marker, zeros, then the message length in bits (big-endian): 1 or 2 blocks.
+  std::array<unsigned char, 128> tail{};
+  const auto rest = data.size() - offset;
+  std::copy(bytes + offset, bytes + data.size(), tail.begin());
+  tail[rest] = 0x80;
+  const std::size_t tail_size = rest < 56 ? 64 : 128;
+  const std::uint64_t bit_length = std::uint64_t{data.size()} * 8;
+  for (int i = 0; i < 8; ++i) {
+    tail[tail_size - 1 - i] = static_cast<unsigned char>(bit_length >> (8U * i));
+  }
+  for (std::size_t block = 0; block < tail_size; block += 64) compress(state, tail.data() + block);
+
+  std::string hex;
+  hex.reserve(64);
+  for (const auto word : state) {
+    for (int shift = 28; shift >= 0; shift -= 4) hex += hex_digits[(word >> shift) & 0xfU];
+  }
+  return hex;
+}
+
+std::string base64_encode(std::string_view bytes) {
+  constexpr std::string_view alphabet =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (std::size_t i = 0; i < bytes.size(); i += 3) {
+    const auto available = std::min<std::size_t>(3, bytes.size() - i);
+    std::uint32_t group = 0;
+    for (std::size_t k = 0; k < 3; ++k) {
+      const auto byte = k < available ? static_cast<unsigned char>(bytes[i + k]) : 0U;
+      group = group << 8U | byte;
+    }
+    for (std::size_t k = 0; k < 4; ++k) {
+      out += k <= available ? alphabet[(group >> (18 - 6 * k)) & 0x3fU] : '=';
+    }
+  }
+  return out;
+}
+
+std::string rate_limit_partition_key(std::string_view key) {
+  return base64_encode(std::string_view{sha256_hex(key)}.substr(0, 12));
+}
+
+std::string format_js_number(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";
+  if (value == 0) return "0";  // also -0, as JavaScript prints it
+  std::array<char, 400> buffer{};
+  const auto magnitude = std::fabs(value);
+  // JavaScript switches to exponent notation outside [1e-6, 1e21).
+  if (magnitude >= 1e-6 && magnitude < 1e21) {
+    const auto result = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value,
+                                      std::chars_format::fixed);
+    return {buffer.data(), result.ptr};
+  }
+  const auto result = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value,
+                                    std::chars_format::scientific);
+  std::string text{buffer.data(), result.ptr};
+  // to_chars writes at least two exponent digits ("1e-07"); JavaScript writes "1e-7".
+  const auto exponent_digits = text.find('e') + 2;
+  const auto first_nonzero = text.find_first_not_of('0', exponent_digits);
+  text.erase(exponent_digits, first_nonzero - exponent_digits);
+  return text;
+}
+
+std::string rate_limit_policy_name(std::uint64_t limit, duration window) {
+  const auto window_ms = to_ms(window);
+  const auto seconds = window_ms / 1e3;
+  const auto minutes = window_ms / (1e3 * 60);
+  const auto hours = window_ms / (1e3 * 60 * 60);
+  const auto days = window_ms / (1e3 * 60 * 60 * 24);
+  std::string name = decimal(limit) + "-in-";
+  if (seconds < 60) return name + format_js_number(seconds) + "sec";
+  if (minutes < 60) return name + format_js_number(minutes) + "min";
+  if (hours < 24) return name + format_js_number(hours) + (hours > 1 ? "hrs" : "hr");
+  return name + format_js_number(days) + (days > 1 ? "days" : "day");
+}
+
+std::string http_date(std::int64_t epoch_ms) {
+  using namespace std::chrono;
+  constexpr std::array<std::string_view, 7> weekdays = {"Sun", "Mon", "Tue", "Wed",
+                                                        "Thu", "Fri", "Sat"};
+  constexpr std::array<std::string_view, 12> months = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                                       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  const sys_seconds time{seconds{floor_div(epoch_ms, 1000)}};
+  const auto day = floor<days>(time);
+  const year_month_day date{day};
+  const hh_mm_ss clock{time - day};
+  const int year = static_cast<int>(date.year());
+
+  std::string out;
+  out.reserve(29);
+  out += weekdays[weekday{day}.c_encoding()];
+  out += ", ";
+  append_padded(out, static_cast<unsigned>(date.day()), 2);
+  out += ' ';
+  out += months[static_cast<unsigned>(date.month()) - 1];
+  out += ' ';
+  if (year < 0) out += '-';
+  append_padded(out, year < 0 ? -std::int64_t{year} : year, 4);
+  out += ' ';
+  append_padded(out, clock.hours().count(), 2);
+  out += ':';
+  append_padded(out, clock.minutes().count(), 2);
+  out += ':';
+  append_padded(out, clock.seconds().count(), 2);
+  out += " GMT";
+  return out;
+}
+
+header_list rate_limit_header_list(rate_limit_headers mode, const rate_limit_info& info,
+                                   std::int64_t wall_now_epoch_ms, rate_limit_outcome outcome,
+                                   std::optional<std::string_view> retry_after) {
+  using enum rate_limit_headers;
+  header_list headers;
+  const auto limit = decimal(info.limit);
+  const auto remaining = decimal(info.remaining);
+  const auto window_seconds = decimal(rate_limit_window_seconds(info.window));
+  const auto reset_seconds = decimal(rate_limit_reset_seconds(info.reset_in));
+
+  if (includes(mode, legacy)) {
+    headers.emplace_back("X-RateLimit-Limit", limit);
+    headers.emplace_back("X-RateLimit-Remaining", remaining);
+    headers.emplace_back("Date", http_date(wall_now_epoch_ms));
+    headers.emplace_back("X-RateLimit-Reset",
+                         decimal(reset_epoch_seconds(wall_now_epoch_ms, info.reset_in)));
+  }
+
+  const auto draft = mode & (draft_6 | draft_7 | draft_8);
+  if (draft == draft_6) {
+    headers.emplace_back("RateLimit-Policy", limit + ";w=" + window_seconds);
+    headers.emplace_back("RateLimit-Limit", limit);
+    headers.emplace_back("RateLimit-Remaining", remaining);
+    headers.emplace_back("RateLimit-Reset", reset_seconds);
+  } else if (draft == draft_7) {
+    headers.emplace_back("RateLimit-Policy", limit + ";w=" + window_seconds);
+    headers.emplace_back("RateLimit",
+                         "limit=" + limit + ", remaining=" + remaining + ", reset=" + reset_seconds);
+  } else if (draft == draft_8) {
+    const auto name = info.policy_name.empty() ? rate_limit_policy_name(info.limit, info.window)
+                                               : info.policy_name;
+    headers.emplace_back("RateLimit", '"' + name + "\"; r=" + remaining + "; t=" + reset_seconds);
+    headers.emplace_back("RateLimit-Policy", '"' + name + "\"; q=" + limit + "; w=" +
+                                                 window_seconds + "; pk=:" +
+                                                 rate_limit_partition_key(info.key) + ':');
+  }
+
+  if (outcome == rate_limit_outcome::rejected && mode != none) {
+    headers.emplace_back("Retry-After", retry_after ? std::string{*retry_after} : reset_seconds);
+  }
+  return headers;
+}
+
+}  // namespace rc

@@ -1,0 +1,208 @@
+#include "rc/route.hpp"
+
+#include "rc/context.hpp"
+#include "rc/error.hpp"
+
+namespace rc {
+namespace {
+
+// The segment: runs the user steps as a nested run (segment wrappers such as retry wrap it).
+class segment_step final : public step {
+ public:
+  explicit segment_step(std::vector<std::unique_ptr<step>>& steps) : steps_(steps) {}
+  std::string_view operation() const override { return "route"; }
+  bool owns_events() const noexcept override { return true; }
+  task<outcome> run(exchange& ex, route_runtime& rt) override { return rt.run_steps(steps_, ex); }
+
+ private:
+  std::vector<std::unique_ptr<step>>& steps_;
+};
+
+nlohmann::json error_json(const std::exception_ptr& e) {
+  const error err = to_error(e);
+  nlohmann::json j = {{"code", err.code_string()}, {"message", err.message()}, {"retryable", err.retryable()}};
+  if (!err.details().empty()) j["details"] = err.details();
+  return j;
+}
+
+nlohmann::json x_fields(const route_runtime& rt, const exchange& ex) {
+  return {{"routeId", rt.id()}, {"exchangeId", ex.id()}, {"correlationId", ex.correlation_id()}};
+}
+
+}  // namespace
+
+route_runtime::route_runtime(context& ctx, route_definition def)
+    : ctx_(ctx), def_(std::move(def)), intake_(ctx.clock()) {
+  for (auto& g : def_.gates) run_list_.push_back(std::move(g));
+  def_.gates.clear();
+  if (def_.segments.empty()) {
+    for (auto& s : def_.steps) run_list_.push_back(std::move(s));
+    def_.steps.clear();
+  } else {
+    std::unique_ptr<step> tail = std::make_unique<segment_step>(def_.steps);
+    for (auto it = def_.segments.rbegin(); it != def_.segments.rend(); ++it) tail = (*it)(std::move(tail));
+    run_list_.push_back(std::move(tail));
+  }
+  for (const auto& s : run_list_) all_sync_ = all_sync_ && s->synchronous();
+}
+
+route_runtime::~route_runtime() = default;
+
+scheduler& route_runtime::clock() noexcept { return ctx_.clock(); }
+event_bus& route_runtime::events() noexcept { return ctx_.events(); }
+time_point route_runtime::now() const { return ctx_.now(); }
+
+bool route_runtime::before_step(step& s, exchange& ex, time_point& started) {
+  ex.set_operation(s.label());
+  if (s.owns_events()) return false;
+  auto& bus = events();
+  if (bus.listening(event_id::step_completed) || bus.listening(event_id::step_failed)) started = now();
+  bus.emit(event_id::step_started, [&] {
+    auto j = x_fields(*this, ex);
+    j["operation"] = s.label();
+    if (!s.adapter().empty()) j["adapter"] = s.adapter();
+    return j;
+  });
+  return true;
+}
+
+void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on, time_point started) {
+  auto& bus = events();
+  if (o.is_fail()) {
+    if (o.reported) return;  // a nested run already reported it
+    if (events_on && s.reports_failure())
+      bus.emit(event_id::step_failed, [&] {
+        auto j = x_fields(*this, ex);
+        j["operation"] = s.label();
+        if (!s.adapter().empty()) j["adapter"] = s.adapter();
+        j["duration"] = to_ms(now() - started);
+        j["error"] = message_of(o.error);
+        return j;
+      });
+    o.error = normalise(o.error);
+    o.reported = true;
+    bus.emit(event_id::step_error, [&] {
+      return nlohmann::json{{"routeId", id()}, {"error", error_json(o.error)}, {"operation", s.label()},
+                            {"exchange", ex.to_json()}};
+    });
+    return;
+  }
+  if (events_on)
+    bus.emit(event_id::step_completed, [&] {
+      auto j = x_fields(*this, ex);
+      j["operation"] = s.label();
+      if (!s.adapter().empty()) j["adapter"] = s.adapter();
+      j["duration"] = to_ms(now() - started);
+      return j;
+    });
+}
+
+task<outcome> route_runtime::run_steps(std::span<const std::unique_ptr<step>> steps, exchange& ex) {
+  for (const auto& s : steps) {
+    time_point started{};
+    const bool events_on = before_step(*s, ex, started);
+    // (no co_await inside ?: — GCC 12 miscompiles temporaries there)
+    outcome o;
+    if (s->synchronous())
+      o = run_now_guarded(*s, ex, *this);
+    else
+      o = co_await run_guarded(*s, ex, *this);
+    after_step(*s, ex, o, events_on, started);
+    if (!o.ok()) co_return o;
+  }
+  co_return outcome::proceed();
+}
+
+outcome route_runtime::run_steps_now(std::span<const std::unique_ptr<step>> steps, exchange& ex) {
+  for (const auto& s : steps) {
+    time_point started{};
+    const bool events_on = before_step(*s, ex, started);
+    outcome o = run_now_guarded(*s, ex, *this);
+    after_step(*s, ex, o, events_on, started);
+    if (!o.ok()) return o;
+  }
+  return outcome::proceed();
+}
+
+void route_runtime::begin_run(exchange& ex, time_point& started) {
+  in_flight_.fetch_add(1, std::memory_order_acq_rel);
+  ctx_.work_started();
+  ex.set_route(this);
+  auto& bus = events();
+  if (bus.listening(event_id::exchange_completed) || bus.listening(event_id::exchange_failed)) started = now();
+  bus.emit(event_id::exchange_started, [&] { return x_fields(*this, ex); });
+}
+
+void route_runtime::end_run(const exchange& ex, outcome& o, time_point started) {
+  auto& bus = events();
+  switch (o.what) {
+    case outcome::kind::proceed:
+      bus.emit(event_id::exchange_completed, [&] {
+        auto j = x_fields(*this, ex);
+        j["duration"] = to_ms(now() - started);
+        j["exchange"] = ex.to_json();
+        return j;
+      });
+      break;
+    case outcome::kind::drop:
+      bus.emit(event_id::exchange_dropped, [&] {
+        auto j = x_fields(*this, ex);
+        j["reason"] = o.reason;
+        j["exchange"] = ex.to_json();
+        return j;
+      });
+      break;
+    case outcome::kind::fail: {
+      o.error = normalise(o.error);
+      bus.emit(event_id::route_error, [&] {
+        return nlohmann::json{{"routeId", id()}, {"error", error_json(o.error)}, {"exchange", ex.to_json()}};
+      });
+      bus.emit(event_id::context_error, [&] {
+        return nlohmann::json{{"error", error_json(o.error)}, {"route", id()}, {"exchange", ex.to_json()}};
+      });
+      bus.emit(event_id::exchange_failed, [&] {
+        auto j = x_fields(*this, ex);
+        j["duration"] = to_ms(now() - started);
+        j["error"] = error_json(o.error);
+        j["exchange"] = ex.to_json();
+        return j;
+      });
+      break;
+    }
+  }
+  in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+  ctx_.work_finished();
+}
+
+task<run_result> route_runtime::process(exchange ex) {
+  time_point started{};
+  begin_run(ex, started);
+  outcome o = co_await run_steps(run_list_, ex);
+  end_run(ex, o, started);
+  co_return run_result{std::move(o), std::move(ex)};
+}
+
+run_result route_runtime::process_now(exchange ex) {
+  time_point started{};
+  begin_run(ex, started);
+  outcome o = run_steps_now(run_list_, ex);
+  end_run(ex, o, started);
+  return run_result{std::move(o), std::move(ex)};
+}
+
+task<run_result> source_context::emit(exchange ex) {
+  if (route_.all_synchronous()) co_return route_.process_now(std::move(ex));
+  co_return co_await route_.process(std::move(ex));
+}
+
+void source_context::spawn(exchange ex) {
+  if (route_.all_synchronous()) {
+    (void)route_.process_now(std::move(ex));
+    return;
+  }
+  rc::spawn([rt = &route_, ex = std::move(ex)]() mutable -> task<void> {
+    (void)co_await rt->process(std::move(ex));
+  });
+}
+
+}  // namespace rc

@@ -1,0 +1,315 @@
+#include "rc/gates/keyed_lru.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <list>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "rc/gates/token_bucket.hpp"
+
+namespace {
+
+// The shape a keyed throttle stores per key: 16 bytes.
+struct key_state {
+  rc::token_bucket bucket;
+  std::uint32_t waiters;
+};
+static_assert(sizeof(key_state) == 16);
+
+using table = rc::keyed_lru<key_state>;
+
+constexpr auto always = [](const key_state&) { return true; };
+constexpr auto never = [](const key_state&) { return false; };
+constexpr auto when_idle = [](const key_state& s) { return s.waiters == 0; };
+
+std::string key_of(std::size_t i) { return "key-" + std::to_string(i); }
+
+// Long enough to be stored outside the slot.
+std::string long_key_of(std::size_t i) {
+  return "tenant-0000000000/user-" + std::to_string(i) + "/session-xxxxxxxx";
+}
+
+bool holds(table& t, std::string_view key) { return t.find(key) != nullptr; }
+
+}  // namespace
+
+TEST_CASE("a keyed table rejects a max_keys of zero") {
+  CHECK_THROWS_AS(table(0), std::invalid_argument);
+}
+
+TEST_CASE("a new keyed table holds nothing and allocates nothing") {
+  table t(1'000'000);
+  CHECK(t.size() == 0);
+  CHECK(t.max_keys() == 1'000'000);
+  CHECK(t.memory_bytes() == 0);
+  CHECK(t.find("absent") == nullptr);
+}
+
+TEST_CASE("touch inserts a key with a value-initialised state and finds the same state again") {
+  table t(4);
+  key_state* state = t.touch("alice", always);
+  REQUIRE(state != nullptr);
+  CHECK(state->waiters == 0);
+  CHECK(state->bucket.is_full(rc::time_point{},
+                              rc::bucket_params::from(1, std::chrono::seconds(1), std::nullopt)));
+  state->waiters = 3;
+  CHECK(t.touch("alice", always) == state);
+  CHECK(t.find("alice") == state);
+  CHECK(t.find("alice")->waiters == 3);
+  CHECK(t.size() == 1);
+}
+
+TEST_CASE("keys that differ only in length, late characters or embedded zeros are told apart") {
+  const std::vector<std::string> keys = {
+      "",
+      std::string(1, '\0'),
+      std::string(2, '\0'),
+      "0123456789abcdef",   // 16: the longest key stored inline
+      "0123456789abcdef0",  // 17: the shortest stored outside
+      "0123456789abcdef1",
+      std::string(1000, 'x'),
+      std::string(1000, 'x') + "y",
+  };
+  table t(16);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    t.touch(keys[i], always)->waiters = static_cast<std::uint32_t>(i + 1);
+  }
+  CHECK(t.size() == keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    INFO("key #" << i);
+    REQUIRE(t.find(keys[i]) != nullptr);
+    CHECK(t.find(keys[i])->waiters == i + 1);
+  }
+  CHECK(t.find("0123456789abcde") == nullptr);
+}
+
+TEST_CASE("touch makes a key the most recently used, so the least recently touched is evicted") {
+  table t(3);
+  t.touch("a", always);
+  t.touch("b", always);
+  t.touch("c", always);
+  t.touch("a", always);
+  t.touch("d", always);
+  CHECK(holds(t, "a"));
+  CHECK_FALSE(holds(t, "b"));
+  CHECK(holds(t, "c"));
+  CHECK(holds(t, "d"));
+  t.touch("e", always);
+  CHECK_FALSE(holds(t, "c"));
+  CHECK(t.size() == 3);
+}
+
+TEST_CASE("find does not change the LRU order") {
+  table t(3);
+  t.touch("a", always);
+  t.touch("b", always);
+  t.touch("c", always);
+  REQUIRE(t.find("a") != nullptr);
+  t.touch("d", always);
+  CHECK_FALSE(holds(t, "a"));
+  CHECK(holds(t, "b"));
+}
+
+TEST_CASE("a full table evicts the least recently used entry that can_evict accepts") {
+  table t(3);
+  t.touch("a", always)->waiters = 1;
+  t.touch("b", always);
+  t.touch("c", always);
+  t.touch("d", when_idle);
+  CHECK(holds(t, "a"));
+  CHECK_FALSE(holds(t, "b"));
+  CHECK(holds(t, "c"));
+  CHECK(holds(t, "d"));
+}
+
+TEST_CASE("an evicted key comes back with a fresh state") {
+  table t(1);
+  t.touch("a", always)->waiters = 7;
+  t.touch("b", always);
+  key_state* again = t.touch("a", always);
+  REQUIRE(again != nullptr);
+  CHECK(again->waiters == 0);
+}
+
+TEST_CASE("a full table never evicts an entry can_evict refuses and then returns nullptr") {
+  table t(3);
+  key_state* a = t.touch("a", always);
+  t.touch("b", always);
+  t.touch("c", always);
+  CHECK(t.touch("d", never) == nullptr);
+  CHECK(t.size() == 3);
+  CHECK_FALSE(holds(t, "d"));
+  CHECK(t.find("a") == a);
+  // The refused request left the order alone: "a" is still the least recently used.
+  t.touch("e", always);
+  CHECK_FALSE(holds(t, "a"));
+  CHECK(holds(t, "b"));
+}
+
+TEST_CASE("touch returns nullptr when the eight least recently used entries cannot be evicted") {
+  table t(20);
+  for (std::size_t i = 0; i < 20; ++i) t.touch(key_of(i), always);
+  for (std::size_t i = 0; i < 8; ++i) t.find(key_of(i))->waiters = 1;
+  // Entries 8..19 are idle, but further than eight from the LRU end.
+  CHECK(t.touch("new", when_idle) == nullptr);
+  CHECK(t.size() == 20);
+
+  // Freeing the eighth lets the scan reach it, and only it goes.
+  t.find(key_of(7))->waiters = 0;
+  CHECK(t.touch("new", when_idle) != nullptr);
+  CHECK_FALSE(holds(t, key_of(7)));
+  for (std::size_t i = 0; i < 20; ++i) {
+    if (i != 7) CHECK(holds(t, key_of(i)));
+  }
+}
+
+TEST_CASE("state pointers stay valid while the table grows") {
+  table t(10'000);
+  std::vector<key_state*> states;
+  for (std::size_t i = 0; i < 5'000; ++i) {
+    states.push_back(t.touch(key_of(i), always));
+    states.back()->waiters = static_cast<std::uint32_t>(i);
+  }
+  for (std::size_t i = 0; i < 5'000; ++i) {
+    REQUIRE(t.find(key_of(i)) == states[i]);
+    REQUIRE(states[i]->waiters == i);
+  }
+}
+
+TEST_CASE("a keyed table agrees with a simple model through a long random run of touches") {
+  // The model: a list in LRU order (front = most recent) and a map from key to state.
+  constexpr std::size_t max_keys = 64;
+  table t(max_keys);
+  std::list<std::string> order;
+  std::unordered_map<std::string, std::uint32_t> model;
+  std::mt19937 random(2024);
+
+  for (int step = 0; step < 200'000; ++step) {
+    const std::size_t k = random() % 200;
+    const std::string key = (k % 3 == 0) ? long_key_of(k) : key_of(k);
+    const bool busy = random() % 4 == 0;
+    const auto can_evict = [](const key_state& s) { return s.waiters % 2 == 0; };
+
+    // What the model expects touch to do.
+    std::string victim;
+    bool refused = false;
+    const bool present = model.count(key) != 0;
+    if (!present && model.size() == max_keys) {
+      refused = true;
+      std::size_t seen = 0;
+      for (auto it = order.rbegin(); it != order.rend() && seen < 8; ++it, ++seen) {
+        if (model[*it] % 2 == 0) {
+          victim = *it;
+          refused = false;
+          break;
+        }
+      }
+    }
+
+    key_state* state = t.touch(key, can_evict);
+    if (refused) {
+      REQUIRE(state == nullptr);
+      continue;
+    }
+    REQUIRE(state != nullptr);
+    if (present) {
+      REQUIRE(state->waiters == model[key]);
+      order.remove(key);
+    } else {
+      REQUIRE(state->waiters == 0);
+      if (!victim.empty()) {
+        order.remove(victim);
+        model.erase(victim);
+        REQUIRE(t.find(victim) == nullptr);
+      }
+    }
+    order.push_front(key);
+    state->waiters = model[key] = busy ? 1 : 0;
+    REQUIRE(t.size() == model.size());
+  }
+  for (const auto& [key, waiters] : model) {
+    REQUIRE(t.find(key) != nullptr);
+    REQUIRE(t.find(key)->waiters == waiters);
+  }
+}
+
+TEST_CASE("a full keyed table costs under 64 bytes per key plus the characters of long keys") {
+  // 12'289 is the worst case for the index: just over 3/4 of 16'384, so it doubles to 32'768.
+  for (const std::size_t max_keys :
+       {std::size_t{10'000}, std::size_t{12'289}, std::size_t{1'000'000}}) {
+    table t(max_keys);
+    std::size_t long_key_chars = 0;
+    for (std::size_t i = 0; i < max_keys; ++i) {
+      const std::string key = i % 2 == 0 ? key_of(i) : long_key_of(i);
+      if (key.size() > 16) long_key_chars += key.size();
+      t.touch(key, always);
+    }
+    REQUIRE(t.size() == max_keys);
+    const double bytes_per_key =
+        static_cast<double>(t.memory_bytes() - long_key_chars) / static_cast<double>(max_keys);
+    INFO("max_keys " << max_keys << ": " << bytes_per_key << " bytes per key");
+    CHECK(bytes_per_key <= 64);
+  }
+}
+
+TEST_CASE("memory stays bounded while 2,000,000 distinct keys pass through 10,000 slots") {
+  // Bound: 64 bytes per key (slot, index share, chunk list) plus, at worst, every resident key
+  // being a long one whose characters live outside the slot.
+  constexpr std::size_t max_keys = 10'000;
+  const std::size_t longest = long_key_of(1'999'999).size();
+  const std::size_t bound = max_keys * (64 + longest);
+  table t(max_keys);
+  std::size_t peak = 0;
+  for (std::size_t i = 0; i < 2'000'000; ++i) {
+    const std::string key = i % 4 == 0 ? long_key_of(i) : key_of(i);
+    REQUIRE(t.touch(key, always) != nullptr);
+    if (i % 1000 == 0) peak = std::max(peak, t.memory_bytes());
+  }
+  CHECK(t.size() == max_keys);
+  CHECK(peak <= bound);
+  CHECK(t.memory_bytes() <= bound);
+}
+
+TEST_CASE("a table of a million keys holding ten allocates only for the ten") {
+  table t(1'000'000);
+  for (std::size_t i = 0; i < 10; ++i) t.touch(key_of(i), always);
+  CHECK(t.size() == 10);
+  CHECK(t.memory_bytes() <= 8 * 1024);
+}
+
+TEST_CASE("clear forgets every key and releases the memory") {
+  table t(100);
+  for (std::size_t i = 0; i < 100; ++i) t.touch(long_key_of(i), always);
+  REQUIRE(t.memory_bytes() > 0);
+  t.clear();
+  CHECK(t.size() == 0);
+  CHECK(t.memory_bytes() == 0);
+  CHECK(t.find(long_key_of(5)) == nullptr);
+  CHECK(t.touch("again", always)->waiters == 0);
+  CHECK(t.size() == 1);
+}
+
+TEST_CASE("a moved-from table is empty and still usable") {
+  table t(8);
+  key_state* a = t.touch(long_key_of(1), always);
+  t.touch("b", always);
+  table moved(std::move(t));
+  CHECK(moved.size() == 2);
+  CHECK(moved.find(long_key_of(1)) == a);
+  // Using t after the move is the point: its state afterwards is part of the contract.
+  CHECK(t.size() == 0);
+  CHECK(t.memory_bytes() == 0);
+  CHECK(t.find("b") == nullptr);
+  CHECK(t.touch("c", always) != nullptr);
+
+  t = std::move(moved);
+  CHECK(t.size() == 2);
+  CHECK(t.find("b") != nullptr);
+  CHECK(moved.size() == 0);
+  CHECK(moved.touch("d", always) != nullptr);
+}
