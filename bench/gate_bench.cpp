@@ -22,8 +22,8 @@ struct key_state {
 
 enum class mode { delay, reject };
 
-// One shared bucket, time advancing by half a token's interval per decision, so about half of
-// the decisions find a token and half do not (reject) or go into debt (delay).
+// One shared bucket, time advancing by half a token's interval per decision: in reject mode about
+// half the decisions are admitted, in delay mode every decision past the burst waits.
 void BM_throttle_decision_unkeyed(benchmark::State& state, mode m) {
   const auto p = rc::bucket_params::from(10'000, 1s, std::nullopt);
   const rc::duration step = 50us;

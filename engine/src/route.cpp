@@ -133,7 +133,8 @@ void route_runtime::begin_run(exchange& ex, time_point& started) {
   bus.emit(event_id::exchange_started, [&] { return x_fields(*this, ex); });
 }
 
-void route_runtime::end_run(const exchange& ex, outcome& o, time_point started) {
+void route_runtime::end_run(exchange& ex, outcome& o, time_point started) {
+  ex.run_finish_hooks(o.ok());
   auto& bus = events();
   switch (o.what) {
     case outcome::kind::proceed:

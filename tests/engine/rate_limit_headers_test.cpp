@@ -1,7 +1,6 @@
 #include "rc/gates/rate_limit_headers.hpp"
 
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <string>
 
@@ -68,8 +67,8 @@ TEST_CASE("legacy headers give the reset as absolute epoch seconds with the Date
   CHECK(headers(rate_limit_headers::legacy, info(2, 11500ms)) == expected);
 
   // A window ending on a whole second is not rounded further.
-  const auto whole = rc::rate_limit_header_list(rate_limit_headers::legacy, info(2, 10s),
-                                                1'700'000'000'000);
+  const auto whole =
+      rc::rate_limit_header_list(rate_limit_headers::legacy, info(2, 10s), 1'700'000'000'000);
   CHECK(whole.back() == std::pair<std::string, std::string>{"X-RateLimit-Reset", "1700000010"});
 }
 
@@ -88,7 +87,8 @@ TEST_CASE("Retry-After is written only on a rejection and only when some header 
   CHECK(headers(rate_limit_headers::draft_7, info(7)).size() == 2);  // passed: none
   CHECK(headers(rate_limit_headers::none, info(8), rate_limit_outcome::rejected).empty());
 
-  const auto legacy_only = headers(rate_limit_headers::legacy, info(8), rate_limit_outcome::rejected);
+  const auto legacy_only =
+      headers(rate_limit_headers::legacy, info(8), rate_limit_outcome::rejected);
   CHECK(legacy_only.back().first == "Retry-After");
 
   const auto overridden = rc::rate_limit_header_list(

@@ -1,8 +1,7 @@
 #include "rc/gates/window_counter.hpp"
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <random>
@@ -264,7 +263,9 @@ TEST_CASE("a sliding limiter never admits more than its limit in any window of r
   for (const std::uint64_t limit : {1, 3, 7, 20}) {
     std::vector<rc::time_point> arrivals;
     auto now = t0;
-    for (int i = 0; i < 600; ++i) arrivals.push_back(now += std::chrono::milliseconds{gap_ms(random)});
+    for (int i = 0; i < 600; ++i) {
+      arrivals.push_back(now += std::chrono::milliseconds{gap_ms(random)});
+    }
     const auto passed = admitted<rc::sliding_window>(arrivals, limit, 1s);
     CHECK(most_in_any_window(passed, 1s) <= limit);
   }

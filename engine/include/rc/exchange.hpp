@@ -11,6 +11,7 @@
 
 #include <cassert>
 #include <cstdint>
+#include <functional>
 #include <new>
 #include <optional>
 #include <string>
@@ -289,6 +290,16 @@ class exchange {
   std::vector<limit_note>& limit_notes() noexcept { return limits_; }
   const std::vector<limit_note>& limit_notes() const noexcept { return limits_; }
 
+  /// Runs `f(succeeded)` when the run that carries this exchange ends (completed = true; failed or
+  /// dropped = false). Route-scope gates use it to see the downstream outcome (rate_limit's
+  /// skip_failed / skip_successful). Hooks run in registration order, once.
+  void on_finish(std::function<void(bool succeeded)> f) { finish_hooks_.push_back(std::move(f)); }
+  void run_finish_hooks(bool succeeded) {
+    auto hooks = std::move(finish_hooks_);
+    finish_hooks_.clear();
+    for (auto& h : hooks) h(succeeded);
+  }
+
   /// A deep copy with a fresh id and the same correlation (tap, multicast). The body is copied
   /// when its type is copyable.
   exchange clone() const;
@@ -308,6 +319,7 @@ class exchange {
   const route_runtime* route_ = nullptr;
   std::string_view operation_ = "from";
   std::vector<limit_note> limits_;
+  std::vector<std::function<void(bool)>> finish_hooks_;
 };
 
 }  // namespace rc

@@ -91,7 +91,7 @@ class route_runtime {
  private:
   friend class context;
   void begin_run(exchange& ex, time_point& started);
-  void end_run(const exchange& ex, outcome& o, time_point started);
+  void end_run(exchange& ex, outcome& o, time_point started);
   outcome run_steps_now(std::span<const std::unique_ptr<step>> steps, exchange& ex);
   bool before_step(step& s, exchange& ex, time_point& started);
   void after_step(step& s, exchange& ex, outcome& o, bool events, time_point started);

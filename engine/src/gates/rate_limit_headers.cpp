@@ -1,12 +1,15 @@
 // RateLimit header formatting, with the small SHA-256 and base64 that draft-8's `pk` needs.
 #include "rc/gates/rate_limit_headers.hpp"
 
+#include <algorithm>
 #include <array>
+#include <bit>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace rc {
 namespace {
@@ -15,9 +18,6 @@ constexpr std::int64_t floor_div(std::int64_t a, std::int64_t b) noexcept {
   const auto q = a / b;
   return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
 }
-
-std::string decimal(std::uint64_t value) { return std::to_string(value); }
-std::string decimal(std::int64_t value) { return std::to_string(value); }
 
 void append_padded(std::string& out, std::int64_t value, int width) {
   auto digits = std::to_string(value);
@@ -28,11 +28,10 @@ void append_padded(std::string& out, std::int64_t value, int width) {
 // ceil(window end / 1 s) as Unix seconds, computed without forming epoch nanoseconds.
 std::int64_t reset_epoch_seconds(std::int64_t wall_now_epoch_ms, duration reset_in) {
   constexpr std::int64_t ns_per_ms = 1'000'000;
-  const auto whole_seconds = floor_div(wall_now_epoch_ms, 1000);
-  const auto rest = duration{(wall_now_epoch_ms - whole_seconds * 1000) * ns_per_ms} + reset_in;
   constexpr std::int64_t ns_per_second = 1'000'000'000;
-  return whole_seconds + floor_div(rest.count(), ns_per_second) +
-         (rest.count() % ns_per_second != 0 ? 1 : 0);
+  const auto whole_seconds = floor_div(wall_now_epoch_ms, 1000);
+  const auto rest = (wall_now_epoch_ms - whole_seconds * 1000) * ns_per_ms + reset_in.count();
+  return whole_seconds + floor_div(rest, ns_per_second) + (rest % ns_per_second != 0 ? 1 : 0);
 }
 
 // ---- SHA-256 (FIPS 180-4) ----
@@ -48,10 +47,6 @@ constexpr std::array<std::uint32_t, 64> round_constants = {
     0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
 };
 
-constexpr std::uint32_t rotate_right(std::uint32_t x, int n) noexcept {
-  return (x >> n) | (x << (32 - n));
-}
-
 void compress(std::array<std::uint32_t, 8>& state, const unsigned char* block) noexcept {
   std::array<std::uint32_t, 64> w{};
   for (int i = 0; i < 16; ++i) {
@@ -59,16 +54,16 @@ void compress(std::array<std::uint32_t, 8>& state, const unsigned char* block) n
            std::uint32_t{block[4 * i + 2]} << 8U | std::uint32_t{block[4 * i + 3]};
   }
   for (int i = 16; i < 64; ++i) {
-    const auto s0 = rotate_right(w[i - 15], 7) ^ rotate_right(w[i - 15], 18) ^ (w[i - 15] >> 3U);
-    const auto s1 = rotate_right(w[i - 2], 17) ^ rotate_right(w[i - 2], 19) ^ (w[i - 2] >> 10U);
+    const auto s0 = std::rotr(w[i - 15], 7) ^ std::rotr(w[i - 15], 18) ^ (w[i - 15] >> 3U);
+    const auto s1 = std::rotr(w[i - 2], 17) ^ std::rotr(w[i - 2], 19) ^ (w[i - 2] >> 10U);
     w[i] = w[i - 16] + s0 + w[i - 7] + s1;
   }
   auto [a, b, c, d, e, f, g, h] = state;
   for (int i = 0; i < 64; ++i) {
-    const auto sum1 = rotate_right(e, 6) ^ rotate_right(e, 11) ^ rotate_right(e, 25);
+    const auto sum1 = std::rotr(e, 6) ^ std::rotr(e, 11) ^ std::rotr(e, 25);
     const auto choose = (e & f) ^ (~e & g);
     const auto t1 = h + sum1 + choose + round_constants[i] + w[i];
-    const auto sum0 = rotate_right(a, 2) ^ rotate_right(a, 13) ^ rotate_right(a, 22);
+    const auto sum0 = std::rotr(a, 2) ^ std::rotr(a, 13) ^ std::rotr(a, 22);
     const auto majority = (a & b) ^ (a & c) ^ (b & c);
     const auto t2 = sum0 + majority;
     h = g;
@@ -161,12 +156,13 @@ std::string format_js_number(double value) {
 }
 
 std::string rate_limit_policy_name(std::uint64_t limit, duration window) {
+  // Each unit divides the milliseconds directly, as express does, so last digits match.
   const auto window_ms = to_ms(window);
   const auto seconds = window_ms / 1e3;
   const auto minutes = window_ms / (1e3 * 60);
   const auto hours = window_ms / (1e3 * 60 * 60);
   const auto days = window_ms / (1e3 * 60 * 60 * 24);
-  std::string name = decimal(limit) + "-in-";
+  std::string name = std::to_string(limit) + "-in-";
   if (seconds < 60) return name + format_js_number(seconds) + "sec";
   if (minutes < 60) return name + format_js_number(minutes) + "min";
   if (hours < 24) return name + format_js_number(hours) + (hours > 1 ? "hrs" : "hr");
@@ -210,17 +206,17 @@ header_list rate_limit_header_list(rate_limit_headers mode, const rate_limit_inf
                                    std::optional<std::string_view> retry_after) {
   using enum rate_limit_headers;
   header_list headers;
-  const auto limit = decimal(info.limit);
-  const auto remaining = decimal(info.remaining);
-  const auto window_seconds = decimal(rate_limit_window_seconds(info.window));
-  const auto reset_seconds = decimal(rate_limit_reset_seconds(info.reset_in));
+  const auto limit = std::to_string(info.limit);
+  const auto remaining = std::to_string(info.remaining);
+  const auto window_seconds = std::to_string(rate_limit_window_seconds(info.window));
+  const auto reset_seconds = std::to_string(rate_limit_reset_seconds(info.reset_in));
 
   if (includes(mode, legacy)) {
     headers.emplace_back("X-RateLimit-Limit", limit);
     headers.emplace_back("X-RateLimit-Remaining", remaining);
     headers.emplace_back("Date", http_date(wall_now_epoch_ms));
     headers.emplace_back("X-RateLimit-Reset",
-                         decimal(reset_epoch_seconds(wall_now_epoch_ms, info.reset_in)));
+                         std::to_string(reset_epoch_seconds(wall_now_epoch_ms, info.reset_in)));
   }
 
   const auto draft = mode & (draft_6 | draft_7 | draft_8);
@@ -231,15 +227,15 @@ header_list rate_limit_header_list(rate_limit_headers mode, const rate_limit_inf
     headers.emplace_back("RateLimit-Reset", reset_seconds);
   } else if (draft == draft_7) {
     headers.emplace_back("RateLimit-Policy", limit + ";w=" + window_seconds);
-    headers.emplace_back("RateLimit",
-                         "limit=" + limit + ", remaining=" + remaining + ", reset=" + reset_seconds);
+    headers.emplace_back(
+        "RateLimit", "limit=" + limit + ", remaining=" + remaining + ", reset=" + reset_seconds);
   } else if (draft == draft_8) {
     const auto name = info.policy_name.empty() ? rate_limit_policy_name(info.limit, info.window)
                                                : info.policy_name;
     headers.emplace_back("RateLimit", '"' + name + "\"; r=" + remaining + "; t=" + reset_seconds);
-    headers.emplace_back("RateLimit-Policy", '"' + name + "\"; q=" + limit + "; w=" +
-                                                 window_seconds + "; pk=:" +
-                                                 rate_limit_partition_key(info.key) + ':');
+    headers.emplace_back("RateLimit-Policy",
+                         '"' + name + "\"; q=" + limit + "; w=" + window_seconds +
+                             "; pk=:" + rate_limit_partition_key(info.key) + ':');
   }
 
   if (outcome == rate_limit_outcome::rejected && mode != none) {

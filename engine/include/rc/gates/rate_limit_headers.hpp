@@ -30,10 +30,12 @@ enum class rate_limit_headers : std::uint8_t {
 };
 
 constexpr rate_limit_headers operator|(rate_limit_headers a, rate_limit_headers b) noexcept {
-  return static_cast<rate_limit_headers>(static_cast<std::uint8_t>(a) | static_cast<std::uint8_t>(b));
+  return static_cast<rate_limit_headers>(static_cast<std::uint8_t>(a) |
+                                         static_cast<std::uint8_t>(b));
 }
 constexpr rate_limit_headers operator&(rate_limit_headers a, rate_limit_headers b) noexcept {
-  return static_cast<rate_limit_headers>(static_cast<std::uint8_t>(a) & static_cast<std::uint8_t>(b));
+  return static_cast<rate_limit_headers>(static_cast<std::uint8_t>(a) &
+                                         static_cast<std::uint8_t>(b));
 }
 constexpr bool includes(rate_limit_headers mode, rate_limit_headers part) noexcept {
   return part != rate_limit_headers::none && (mode & part) == part;

@@ -11,6 +11,10 @@
 // Time is a parameter of every call and nothing here reads a clock: tests drive buckets with plain
 // numbers and the engine passes its clock's now. The options live in bucket_params, shared by all
 // buckets of one throttle. No locking: callers serialise access to a bucket.
+//
+// Precision: with a whole-number interval (rate 10/s: 100'000'000 ns) every step is exact while
+// times stay below 2^53 ns (104 days). A fractional interval costs at most half an ulp of empty_at
+// per token (2^-7 ns at one day); waits that should be whole ns are snapped to them (wait_until).
 #pragma once
 
 #include <algorithm>

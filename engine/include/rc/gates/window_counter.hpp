@@ -125,7 +125,9 @@ class sliding_window {
     }
     for (std::int64_t k = 0; k < std::int64_t{bucket_count}; ++k) {
       const auto index = newest_bucket_ - k;
-      if (slot(index) > 0 && bucket_end(index) > now) earliest = std::min(earliest, bucket_end(index));
+      if (slot(index) > 0 && bucket_end(index) > now) {
+        earliest = std::min(earliest, bucket_end(index));
+      }
     }
     return earliest == time_point::max() ? now : earliest;
   }
@@ -188,6 +190,7 @@ class sliding_window {
   void drop_expired(time_point now) noexcept {
     std::size_t expired = 0;
     while (expired < size_ && expiries_[expired] <= now) ++expired;
+    if (expired == 0) return;
     std::copy(expiries_.begin() + expired, expiries_.begin() + size_, expiries_.begin());
     size_ = static_cast<std::uint8_t>(size_ - expired);
   }
@@ -215,7 +218,7 @@ class sliding_window {
       newest_bucket_ = index;
       slot(index) = carried;
     } else {
-      // Out of order only if `now` went backwards: a later bucket over-counts, never under.
+      // Not reached while the window stays the same; a later bucket over-counts, never under.
       index = std::max(index, newest_bucket_ - std::int64_t{bucket_count} + 1);
     }
     ++slot(index);
