@@ -115,14 +115,17 @@ struct context::impl {
 
   std::atomic<int> waiting{0};  // threads blocked in drain()/stop(); completions notify only then
 
+  // Wakes drain()/stop() only on the way to idle. A sequential source takes `work` from 1 to 0
+  // for every exchange while it is still producing; waking the waiter each time would cost a
+  // futex wake (and a mutex fight) per exchange. The counters' decrements and these loads are
+  // all seq_cst, so of two threads zeroing `work` and `finite_sources` at once, at least one sees
+  // both zero and notifies.
   void notify() {
-    if (waiting.load() == 0) return;  // seq_cst pairs with the waiter's increment
+    if (waiting.load() == 0 || !idle()) return;  // seq_cst pairs with the waiter's increment
     std::lock_guard lock(mutex);
     idle_cv.notify_all();
   }
-  bool idle() const {
-    return work.load(std::memory_order_acquire) == 0 && finite_sources.load(std::memory_order_acquire) == 0;
-  }
+  bool idle() const { return work.load() == 0 && finite_sources.load() == 0; }
 
   // Virtual time: run ready work; when none is left, jump to the next wait; stop when `done()`
   // or when nothing is ready and nothing waits before `limit`.
@@ -152,7 +155,9 @@ struct context::impl {
       bus->emit(event_id::context_error, [&] { return nlohmann::json{{"error", e}, {"route", rt.id()}}; });
     }
     if (finite) {
-      finite_sources.fetch_sub(1, std::memory_order_acq_rel);
+      rt.source_done_.store(true);  // seq_cst: see route_runtime::end_run
+      if (rt.in_flight_.load() == 0) rt.announce_stopped();
+      finite_sources.fetch_sub(1);  // seq_cst: see notify()
       notify();
     }
   }
@@ -226,13 +231,15 @@ stop_result context::stop() {
   }
   m.bus->emit(event_id::context_stopping, [] { return nlohmann::json::object(); });
   // Stage one: close intake. Sources stop producing; waiting gates wake and admit.
+  // A finite route that already finished announced route:stopping/stopped then.
   for (auto& r : m.routes) {
-    m.bus->emit(event_id::route_stopping, [&] { return nlohmann::json{{"routeId", r->id()}}; });
+    const bool announce = r->claim_stop_announcement();
+    if (announce) m.bus->emit(event_id::route_stopping, [&] { return nlohmann::json{{"routeId", r->id()}}; });
     r->intake().fire();
-    m.bus->emit(event_id::route_stopped, [&] { return nlohmann::json{{"routeId", r->id()}}; });
+    if (announce) m.bus->emit(event_id::route_stopped, [&] { return nlohmann::json{{"routeId", r->id()}}; });
   }
   // Drain, bounded.
-  auto in_flight = [&] { return m.work.load(std::memory_order_acquire) == 0 && m.finite_sources.load() == 0; };
+  auto in_flight = [&] { return m.idle(); };
   if (m.is_virtual) {
     const time_point limit = m.clock->now() + m.options.shutdown_timeout;
     m.run_virtual(limit, in_flight);
@@ -284,6 +291,12 @@ void context::run_until_idle() {
 }
 
 time_point context::now() const { return impl_->clock->now(); }
+std::int64_t context::wall_time_ms() const {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  if (impl_->is_virtual) return duration_cast<milliseconds>(now().time_since_epoch()).count();
+  return duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 scheduler& context::clock() noexcept { return *impl_->clock; }
 event_bus& context::events() noexcept { return *impl_->bus; }
 const std::string& context::id() const noexcept { return impl_->options.id; }
@@ -297,6 +310,10 @@ route_runtime* context::find_route(std::string_view id) noexcept {
 const std::vector<std::unique_ptr<route_runtime>>& context::routes() const noexcept { return impl_->routes; }
 
 void context::post(std::function<void()> f) { asio::post(impl_->io, std::move(f)); }
+
+asio::io_context& context::io() noexcept { return impl_->io; }
+
+unsigned context::threads() const noexcept { return impl_->is_virtual ? 1 : impl_->options.threads; }
 
 void context::work_started() noexcept { impl_->work.fetch_add(1, std::memory_order_acq_rel); }
 

@@ -1,5 +1,8 @@
 #include "rc/error.hpp"
 
+#include <cstring>
+#include <typeinfo>
+
 #include <fmt/format.h>
 
 namespace rc {
@@ -67,7 +70,30 @@ std::string message_of(const std::exception_ptr& e) {
   }
 }
 
+const error* error_of(const std::exception_ptr& e) noexcept {
+  if (!e) return nullptr;
+#if defined(__GLIBCXX__)
+  // libstdc++'s exception_ptr is exactly a pointer to the thrown object (a stable ABI), and it
+  // names the object's type without a rethrow. Exactly rc::error takes this path; a class derived
+  // from it takes the portable one below.
+  static_assert(sizeof(std::exception_ptr) == sizeof(void*));
+  if (const std::type_info* type = e.__cxa_exception_type(); type && *type == typeid(error)) {
+    void* object = nullptr;
+    std::memcpy(&object, static_cast<const void*>(&e), sizeof object);
+    return static_cast<const error*>(object);
+  }
+#endif
+  try {
+    std::rethrow_exception(e);
+  } catch (const error& err) {
+    return &err;  // the very object `e` holds: rethrow_exception does not copy it
+  } catch (...) {
+    return nullptr;
+  }
+}
+
 error to_error(const std::exception_ptr& e) {
+  if (const error* err = error_of(e)) return *err;
   try {
     std::rethrow_exception(e);
   } catch (const error& err) {
@@ -80,13 +106,8 @@ error to_error(const std::exception_ptr& e) {
 }
 
 std::exception_ptr normalise(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const error&) {
-    return e;
-  } catch (...) {
-    return std::make_exception_ptr(to_error(e));
-  }
+  if (error_of(e)) return e;
+  return std::make_exception_ptr(to_error(e));
 }
 
 }  // namespace rc

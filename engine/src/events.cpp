@@ -54,6 +54,9 @@ subscription& subscription::operator=(subscription&& o) noexcept {
 }
 
 void subscription::unsubscribe() {
+  // Replaced lists are released after the lock: destroying the last copy of a handler may destroy
+  // a subscription (once() keeps one for itself), whose unsubscribe takes the same lock.
+  std::vector<std::shared_ptr<const handler_list>> retired;
   if (auto s = bus_.lock()) {
     std::lock_guard lock(s->mutex);
     for (auto& l : s->lists) {
@@ -62,7 +65,7 @@ void subscription::unsubscribe() {
       if (it == l->end()) continue;
       auto copy = std::make_shared<handler_list>(*l);
       copy->erase(copy->begin() + (it - l->begin()));
-      l = std::move(copy);
+      retired.push_back(std::exchange(l, std::move(copy)));
     }
     if (s->bus) s->bus->refresh_flags_locked();
   }

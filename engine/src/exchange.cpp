@@ -44,13 +44,18 @@ nlohmann::json header_map::to_json() const {
   return out;
 }
 
+const exchange::extras& exchange::no_extras() noexcept {
+  static const extras none;
+  return none;
+}
+
 exchange exchange::clone() const {
   exchange out;
-  out.correlation_ = correlation_id();
+  out.set_correlation_id(correlation_id());
   out.headers_ = headers_;
   out.body_ = body_.clone();
-  out.principal_ = principal_;
-  out.deadline_ = deadline_;
+  out.more().principal = principal();
+  out.more().deadline = deadline();
   out.route_ = route_;
   return out;
 }

@@ -32,7 +32,7 @@ nlohmann::json x_fields(const route_runtime& rt, const exchange& ex) {
 }  // namespace
 
 route_runtime::route_runtime(context& ctx, route_definition def)
-    : ctx_(ctx), def_(std::move(def)), intake_(ctx.clock()) {
+    : ctx_(ctx), clock_(ctx.clock()), bus_(ctx.events()), def_(std::move(def)), intake_(ctx.clock()) {
   for (auto& g : def_.gates) run_list_.push_back(std::move(g));
   def_.gates.clear();
   if (def_.segments.empty()) {
@@ -48,9 +48,6 @@ route_runtime::route_runtime(context& ctx, route_definition def)
 
 route_runtime::~route_runtime() = default;
 
-scheduler& route_runtime::clock() noexcept { return ctx_.clock(); }
-event_bus& route_runtime::events() noexcept { return ctx_.events(); }
-time_point route_runtime::now() const { return ctx_.now(); }
 
 bool route_runtime::before_step(step& s, exchange& ex, time_point& started) {
   ex.set_operation(s.label());
@@ -103,10 +100,16 @@ task<outcome> route_runtime::run_steps(std::span<const std::unique_ptr<step>> st
     const bool events_on = before_step(*s, ex, started);
     // (no co_await inside ?: — GCC 12 miscompiles temporaries there)
     outcome o;
-    if (s->synchronous())
+    if (s->synchronous()) {
       o = run_now_guarded(*s, ex, *this);
-    else
-      o = co_await run_guarded(*s, ex, *this);
+    } else {
+      // run_guarded inlined: one coroutine frame less per waiting exchange.
+      try {
+        o = co_await s->run(ex, *this);
+      } catch (...) {
+        o = outcome::failed(std::current_exception());
+      }
+    }
     after_step(*s, ex, o, events_on, started);
     if (!o.ok()) co_return o;
   }
@@ -171,8 +174,16 @@ void route_runtime::end_run(exchange& ex, outcome& o, time_point started) {
       break;
     }
   }
-  in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+  // seq_cst, paired with context::impl::run_source: of the last run ending and the source
+  // finishing, whichever comes second sees the other and announces the route stopped.
+  if (in_flight_.fetch_sub(1) == 1 && source_done_.load()) announce_stopped();
   ctx_.work_finished();
+}
+
+void route_runtime::announce_stopped() {
+  if (!claim_stop_announcement()) return;
+  bus_.emit(event_id::route_stopping, [&] { return nlohmann::json{{"routeId", id()}}; });
+  bus_.emit(event_id::route_stopped, [&] { return nlohmann::json{{"routeId", id()}}; });
 }
 
 task<run_result> route_runtime::process(exchange ex) {
@@ -191,9 +202,32 @@ run_result route_runtime::process_now(exchange ex) {
   return run_result{std::move(o), std::move(ex)};
 }
 
-task<run_result> source_context::emit(exchange ex) {
-  if (route_.all_synchronous()) co_return route_.process_now(std::move(ex));
-  co_return co_await route_.process(std::move(ex));
+detail::detached route_runtime::spawn_run(exchange ex) {
+  time_point started{};
+  begin_run(ex, started);
+  // run_steps' loop, inlined: awaiting run_steps would add a frame to every parked exchange.
+  outcome o;
+  for (const auto& s : run_list_) {
+    time_point step_started{};
+    const bool events_on = before_step(*s, ex, step_started);
+    if (s->synchronous()) {
+      o = run_now_guarded(*s, ex, *this);
+    } else {
+      try {
+        o = co_await s->run(ex, *this);
+      } catch (...) {
+        o = outcome::failed(std::current_exception());
+      }
+    }
+    after_step(*s, ex, o, events_on, step_started);
+    if (!o.ok()) break;
+  }
+  end_run(ex, o, started);
+}
+
+emit_awaiter source_context::emit(exchange ex) {
+  if (route_.all_synchronous()) return emit_awaiter(route_.process_now(std::move(ex)));
+  return emit_awaiter(route_.process(std::move(ex)));
 }
 
 void source_context::spawn(exchange ex) {
@@ -201,9 +235,10 @@ void source_context::spawn(exchange ex) {
     (void)route_.process_now(std::move(ex));
     return;
   }
-  rc::spawn([rt = &route_, ex = std::move(ex)]() mutable -> task<void> {
-    (void)co_await rt->process(std::move(ex));
-  });
+  // Not rc::spawn(lambda -> process()): that parks the exchange twice (in the lambda and in
+  // process()'s frame) plus a run_result, across three frames. A parked exchange's memory is
+  // what a deep backlog costs (rc-bench delay0, inflight).
+  route_.spawn_run(std::move(ex));
 }
 
 }  // namespace rc

@@ -30,7 +30,9 @@
 #include "rc/route.hpp"
 #include "rc/steps.hpp"
 #include "rc/wrappers/delay.hpp"
+#include "rc/wrappers/rate_limit.hpp"
 #include "rc/wrappers/retry.hpp"
+#include "rc/wrappers/slow_down.hpp"
 #include "rc/wrappers/throttle.hpp"
 
 namespace rc {
@@ -123,7 +125,16 @@ class route_builder {
     return std::move(*this);
   }
 
-  /// Gates from other headers (slow_down, rate_limit) plug in here; see rc/limits.hpp.
+  /// Progressive delay per key and window (express-slow-down). Route scope: a gate at the
+  /// throttle position, in declaration order with the other gates; step scope: the next step.
+  route_builder&& slow_down(slow_down_options o) && { return std::move(*this).gate(std::move(o), "slow_down"); }
+
+  /// Hard limit per key and window (express-rate-limit): a refusal fails fast with RC5013. Scopes
+  /// as slow_down; behind a slow_down it counts an exchange when its delay is over.
+  route_builder&& rate_limit(rate_limit_options o) && { return std::move(*this).gate(std::move(o), "rate_limit"); }
+
+  /// Gates defined elsewhere plug in here: an options type with an ADL `make_gate(options, inner,
+  /// scope)` (see rc/wrappers/slow_down.hpp).
   template <detail::gate_options Options>
   route_builder&& gate(Options o, const char* name) && {
     validate_gate(o);

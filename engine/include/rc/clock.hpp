@@ -10,6 +10,7 @@
 // clock that the context builds on Asio (context.cpp). Nothing else reads a clock or sleeps.
 #pragma once
 
+#include <atomic>
 #include <coroutine>
 #include <cstdint>
 #include <functional>
@@ -35,7 +36,7 @@ class cancel_signal {
   ~cancel_signal();
 
   void fire();
-  bool fired() const noexcept;
+  bool fired() const noexcept { return fired_.load(std::memory_order_acquire); }
   /// Calls `f` once when fired (at once if already fired). Used by components that must react to
   /// a cancellation outside a wait (close a socket, abandon a request). Not for hot paths.
   void on_fire(std::function<void()> f);
@@ -43,8 +44,13 @@ class cancel_signal {
  private:
   friend class scheduler;
   scheduler* owner_;
-  bool fired_ = false;             // guarded by owner_->mutex_
-  timer_wait* head_ = nullptr;     // intrusive list of waits, guarded by owner_->mutex_
+  // Written under owner_->mutex_; read without it by fired(), which sources and gates call for
+  // every exchange (a lock there was a measurable share of a synchronous run).
+  std::atomic<bool> fired_{false};
+  // Intrusive list of waits, oldest first, guarded by owner_->mutex_. fire() wakes from the head,
+  // so a stop admits waiting exchanges in the order they started waiting (throttle FIFO holds).
+  timer_wait* head_ = nullptr;
+  timer_wait* tail_ = nullptr;
   std::vector<std::function<void()>> callbacks_;
 };
 

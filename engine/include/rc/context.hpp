@@ -25,6 +25,10 @@
 #include "rc/events.hpp"
 #include "rc/route.hpp"
 
+namespace boost::asio {
+class io_context;
+}
+
 namespace rc {
 
 struct virtual_time_t {
@@ -80,6 +84,9 @@ class context {
   void run_until_idle();
 
   time_point now() const;
+  /// Wall-clock time as Unix epoch milliseconds, for values that must be absolute (legacy
+  /// X-RateLimit-Reset, Date). Virtual time reports 1970 + engine time, as event timestamps do.
+  std::int64_t wall_time_ms() const;
   scheduler& clock() noexcept;
   event_bus& events() noexcept;
   const std::string& id() const noexcept;
@@ -88,6 +95,11 @@ class context {
 
   /// Runs `f` on the context's executor (from any thread).
   void post(std::function<void()> f);
+  /// The io_context the context's threads run (components that own sockets: http). In virtual
+  /// time nothing runs it on its own.
+  boost::asio::io_context& io() noexcept;
+  /// How many threads run io() (context_options::threads; 1 in virtual time).
+  unsigned threads() const noexcept;
   /// Bookkeeping for work outside a route run that drain() must wait for (taps, replies).
   void work_started() noexcept;
   void work_finished() noexcept;

@@ -70,6 +70,10 @@ class error : public std::exception {
 /// Turns any exception into an rc::error: rc::error passes through unchanged; anything else
 /// becomes RC5001 (retryable) with the original message and the original as cause.
 error to_error(const std::exception_ptr& e);
+/// The rc::error `e` holds, or null when it holds anything else (or nothing). Valid while `e` is.
+/// On libstdc++ it reads the held object without a rethrow, which costs an unwind (transports and
+/// the executor look at every failure, and refusals are a hot path); elsewhere it rethrows.
+const error* error_of(const std::exception_ptr& e) noexcept;
 /// The error behind an exception_ptr, normalised, as an exception_ptr (cheap when already rc::error).
 std::exception_ptr normalise(const std::exception_ptr& e);
 /// The message of any exception ("unknown error" for non-std exceptions).

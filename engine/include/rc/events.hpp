@@ -59,6 +59,7 @@ namespace rc {
   X(timeout_expired, "route:timeout:expired")              \
   X(slow_down_passed, "route:slowDown:passed")             \
   X(slow_down_delayed, "route:slowDown:delayed")           \
+  X(slow_down_rejected, "route:slowDown:rejected")         \
   X(rate_limit_passed, "route:rateLimit:passed")           \
   X(rate_limit_rejected, "route:rateLimit:rejected")       \
   X(http_request_completed, "plugin:http:request:completed")

@@ -1,7 +1,9 @@
-// Shared vocabulary of the option structs: the time units of `per`, the validation helper that
-// gives every RC5003 message one shape: `<op>({ <option> }) must be <rule>, got <value>.`
+// Shared vocabulary of the option structs: the time units of `per`, the counting modes of windowed
+// gates, and the validation helper that gives every RC5003 message one shape:
+// `<op>({ <option> }) must be <rule>, got <value>.`
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -30,6 +32,18 @@ constexpr std::string_view to_string(per p) noexcept {
     case per::minute: return "minute";
     case per::hour: return "hour";
     case per::day: return "day";
+  }
+  return "?";
+}
+
+/// How windowed gates (slow_down, rate_limit) count hits: `sliding` counts a key's arrivals in the
+/// window before each one; `fixed` is express's window per key, opened by its first hit.
+enum class counting : std::uint8_t { sliding, fixed };
+
+constexpr std::string_view to_string(counting c) noexcept {
+  switch (c) {
+    case counting::sliding: return "sliding";
+    case counting::fixed: return "fixed";
   }
   return "?";
 }

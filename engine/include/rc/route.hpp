@@ -14,6 +14,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -68,9 +69,10 @@ class route_runtime {
   const std::string& id() const noexcept { return def_.id; }
   const route_definition& definition() const noexcept { return def_; }
   context& ctx() noexcept { return ctx_; }
-  scheduler& clock() noexcept;
-  event_bus& events() noexcept;
-  time_point now() const;
+  // Inline and cached: every step of every exchange asks for the bus (and gates for the time).
+  scheduler& clock() noexcept { return clock_; }
+  event_bus& events() noexcept { return bus_; }
+  time_point now() const { return clock_.now(); }
   /// Fires when the route stops taking new work: waits in gates end early and admit.
   cancel_signal& intake() noexcept { return intake_; }
 
@@ -90,18 +92,48 @@ class route_runtime {
 
  private:
   friend class context;
+  friend class source_context;
+  /// A run started by source_context::spawn: the exchange lives in this one frame.
+  detail::detached spawn_run(exchange ex);
   void begin_run(exchange& ex, time_point& started);
   void end_run(exchange& ex, outcome& o, time_point started);
   outcome run_steps_now(std::span<const std::unique_ptr<step>> steps, exchange& ex);
   bool before_step(step& s, exchange& ex, time_point& started);
   void after_step(step& s, exchange& ex, outcome& o, bool events, time_point started);
+  // route:stopping / route:stopped fire once per route: when its finite source has finished and
+  // its last exchange has ended (so they follow that exchange's terminal event, as in the
+  // reference's canonical sequence), or else from stop(). Announcing does not close intake.
+  void announce_stopped();
+  bool claim_stop_announcement() noexcept { return !stop_announced_.exchange(true); }
 
   context& ctx_;
+  scheduler& clock_;
+  event_bus& bus_;
   route_definition def_;
   std::vector<std::unique_ptr<step>> run_list_;
   bool all_sync_ = true;
   cancel_signal intake_;
   std::atomic<std::size_t> in_flight_{0};
+  std::atomic<bool> source_done_{false};  // the finite source has returned
+  std::atomic<bool> stop_announced_{false};
+};
+
+/// What source_context::emit returns: `co_await` it for the run's result. A route whose steps
+/// are all synchronous has already run by then (no coroutine frame, no suspension).
+class emit_awaiter {
+ public:
+  explicit emit_awaiter(run_result done) : done_(std::move(done)) {}
+  explicit emit_awaiter(task<run_result> running) : running_(std::move(running)) {}
+
+  bool await_ready() const noexcept { return done_.has_value(); }
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> awaiting) noexcept {
+    return running_->await_suspend(awaiting);
+  }
+  run_result await_resume() { return done_ ? std::move(*done_) : running_->await_resume(); }
+
+ private:
+  std::optional<run_result> done_;
+  std::optional<task<run_result>> running_;
 };
 
 /// What a source sees: its route, the intake signal, the clock, and emit/spawn.
@@ -115,8 +147,9 @@ class source_context {
   /// Sleeps until `t` or until the route stops taking work.
   auto sleep_until(time_point t) { return route_.clock().wait_until(t, &route_.intake()); }
 
-  /// Runs the exchange through the route and waits for it (natural backpressure).
-  task<run_result> emit(exchange ex);
+  /// Runs the exchange through the route; `co_await` the result to wait for it (natural
+  /// backpressure). Await it at once: a synchronous route runs inside this call.
+  [[nodiscard]] emit_awaiter emit(exchange ex);
   /// Starts the exchange and returns at its first wait; drain() waits for it.
   void spawn(exchange ex);
   /// A fresh exchange carrying `body`, bound to this route.

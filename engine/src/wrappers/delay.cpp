@@ -15,32 +15,41 @@ class delay_step final : public wrapper {
   delay_step(delay_options o, std::unique_ptr<step> inner)
       : wrapper(std::move(inner), rc::scope::step), options_(o) {}
 
+  // The frame of this coroutine is what every exchange parked in a delay costs, so the event
+  // payloads are built in plain member functions, outside it.
   task<outcome> run(exchange& ex, route_runtime& rt) override {
-    auto& bus = rt.events();
     const time_point start = rt.now();
-    bus.emit(event_id::delay_started, [&] {
-      auto j = identity(ex, rt);
-      j["delayMs"] = to_ms(options_.delay);
-      return j;
-    });
+    emit_started(ex, rt);
     bool cancelled = false;
     if (options_.delay == duration::zero()) {
       if (!rt.intake().fired()) co_await rt.clock().yield();
     } else {
       cancelled = co_await rt.clock().wait_until(start + options_.delay, &rt.intake()) == wait_result::cancelled;
     }
-    bus.emit(event_id::delay_stopped, [&] {
+    emit_stopped(ex, rt, start, cancelled);
+    if (inner_is_sync()) co_return run_inner_now(ex, rt);
+    co_return co_await run_inner(ex, rt);
+  }
+
+ private:
+  void emit_started(const exchange& ex, route_runtime& rt) const {
+    rt.events().emit(event_id::delay_started, [&] {
+      auto j = identity(ex, rt);
+      j["delayMs"] = to_ms(options_.delay);
+      return j;
+    });
+  }
+
+  void emit_stopped(const exchange& ex, route_runtime& rt, time_point start, bool cancelled) const {
+    rt.events().emit(event_id::delay_stopped, [&] {
       auto j = identity(ex, rt);
       j["delayMs"] = to_ms(options_.delay);
       j["elapsed"] = to_ms(rt.now() - start);
       j["cancelled"] = cancelled;
       return j;
     });
-    if (inner_is_sync()) co_return run_inner_now(ex, rt);
-    co_return co_await run_inner(ex, rt);
   }
 
- private:
   delay_options options_;
 };
 

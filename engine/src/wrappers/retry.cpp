@@ -88,7 +88,9 @@ class retry_step final : public wrapper {
       base_ns = static_cast<double>(options_.backoff.count()) * std::pow(options_.factor, attempt - 1);
       base_ns = std::min(base_ns, static_cast<double>(options_.max_backoff.count()));
     }
-    double wait_ns = options_.jitter > 0 ? base_ns * (1.0 - options_.jitter * unit_random()) : base_ns;
+    double wait_ns = base_ns;
+    if (options_.jitter > 0)
+      wait_ns = base_ns * (1.0 - options_.jitter * (options_.random ? options_.random() : unit_random()));
     // A server or gate that said when to come back sets the minimum wait.
     if (auto it = err.details().find("retry_after_ms"); it != err.details().end() && it->is_number())
       wait_ns = std::max(wait_ns, it->get<double>() * 1e6);

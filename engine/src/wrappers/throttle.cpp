@@ -10,8 +10,13 @@
 namespace rc {
 
 void throttle_options::validate() const {
-  // Reference order: mode, rate, per, burst, max_keys (enums cannot hold bad values in C++).
+  // Reference order: mode, rate, per, burst, max_keys. An enum holds a bad value only through a
+  // cast (a config loader's int), which must not silently become a one-second window.
+  if (mode != throttle_mode::delay && mode != throttle_mode::reject)
+    invalid_option("throttle", "mode", "throttle_mode::delay or throttle_mode::reject", static_cast<int>(mode));
   if (!std::isfinite(rate) || rate <= 0) invalid_option("throttle", "rate", "a finite number > 0", rate);
+  if (per != rc::per::second && per != rc::per::minute && per != rc::per::hour && per != rc::per::day)
+    invalid_option("throttle", "per", "per::second, per::minute, per::hour or per::day", static_cast<int>(per));
   if (burst && (!std::isfinite(*burst) || *burst <= 0))
     invalid_option("throttle", "burst", "a finite number > 0", *burst);
   if (max_keys < 1 || max_keys > max_keys_limit)

@@ -29,6 +29,9 @@ struct retry_options {
   double jitter = rc::jitter::none;  // 0 = none, 1 = full, or a fraction in between
   /// Retry this failure? Default: everything except rc::errors marked non-retryable.
   std::function<bool(const error&)> retry_on;
+  /// Draws in [0, 1) for the jitter; default: a per-thread engine seeded at random. A seeded
+  /// source makes jittered runs reproducible (rc-sim).
+  std::function<double()> random;
 
   void validate() const;
 };

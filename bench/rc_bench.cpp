@@ -1,0 +1,370 @@
+// rc-bench: end-to-end figures for the engine, one scenario per run.
+//
+//   rc-bench --scenario NAME [--n N] [--max-keys K]
+//
+// Prints one JSON object: scenario, n, seconds, per_second, peak_rss_mb, plus the scenario's own
+// figures. Every scenario runs on a real-time context (steady clock, one worker thread); the
+// calling thread only starts, drains and stops it. `seconds` runs from start() to the end of
+// drain() (stop() for inflight): it includes the source, not building the route or its values.
+// Memory figures are resident-set deltas against a baseline taken just before start(), so they
+// include allocator slack: they are what a user would see, not what the engine asked for.
+//
+// Scenarios (issue 2, item 13):
+//   plain_seq      N exchanges sequence -> transform -> noop, one in flight at a time
+//   plain_burst    the same from simple(): all N started at once
+//   throttle_open  plain_seq with a step throttle that never paces
+//   retry_open     plain_seq with a step retry that never fails
+//   delay0         N (200,000) in flight through delay(0ms); bytes per waiting exchange
+//   pacing         N (3,000) at once through rate 1000/s burst 1, real time: window and lateness
+//   inflight       N (100,000) paced at 10/s, stop requested after 2 s: memory, stop latency
+//   keys           N (1,000,000) distinct keys through a keyed throttle; bytes per key
+//   events         plain_seq with one subscriber on route:throttle:passed (never emitted here)
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <rc/rc.hpp>
+
+namespace {
+
+using namespace std::chrono_literals;
+using wall = std::chrono::steady_clock;
+
+double seconds_since(wall::time_point t0) { return std::chrono::duration<double>(wall::now() - t0).count(); }
+
+/// Peak resident set of the process so far, MiB (getrusage: KiB on Linux).
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+/// Current resident set, MiB (VmRSS from /proc/self/status).
+double rss_mb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;
+  return 0;
+}
+
+std::vector<int> iota_values(std::size_t n) {
+  std::vector<int> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+struct run_config {
+  std::size_t n;
+  std::size_t max_keys;
+};
+
+/// What a scenario reports: the common figures plus its own.
+struct result {
+  double seconds = 0;
+  nlohmann::json figures = nlohmann::json::object();
+};
+
+/// Starts the context, waits for every exchange, returns the seconds it took.
+double run_to_idle(rc::context& ctx) {
+  const auto t0 = wall::now();
+  ctx.start();
+  ctx.drain();
+  const double s = seconds_since(t0);
+  ctx.stop();
+  return s;
+}
+
+// ---- throughput: one route, synchronous steps or wrappers that never wait -----------------------
+
+enum class wrap { none, throttle, retry };
+
+/// sequence (or simple) -> [wrapper] transform -> noop. The transform counts, so a run that lost
+/// exchanges shows in `completed`.
+template <class Source>
+result throughput(std::size_t n, Source make_source, wrap w, bool subscriber = false) {
+  rc::context ctx;
+  std::size_t completed = 0;  // worker thread only; read after drain()
+  auto route = rc::craft().id("bench").from(make_source(iota_values(n)));
+  auto count = [&completed](int v) {
+    ++completed;
+    return v + 1;
+  };
+  switch (w) {
+    case wrap::none: ctx.add(std::move(route).transform(count).to(rc::noop())); break;
+    case wrap::throttle:
+      // burst = rate = 1e12/s: the bucket never runs dry, so every decision admits at once.
+      ctx.add(std::move(route).throttle({.rate = 1e12}).transform(count).to(rc::noop()));
+      break;
+    case wrap::retry: ctx.add(std::move(route).retry({.max_attempts = 3}).transform(count).to(rc::noop())); break;
+  }
+  std::size_t seen = 0;
+  rc::subscription sub;
+  if (subscriber) sub = ctx.on("route:throttle:passed", [&seen](const rc::event&) { ++seen; });
+
+  result r;
+  r.seconds = run_to_idle(ctx);
+  r.figures["completed"] = completed;
+  r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(n);
+  if (subscriber) r.figures["events_seen"] = seen;
+  return r;
+}
+
+template <class T>
+rc::simple_source<T> seq_source(std::vector<T> v) {
+  return rc::sequence(std::move(v));
+}
+template <class T>
+rc::simple_source<T> burst_source(std::vector<T> v) {
+  return rc::simple(std::move(v));
+}
+
+result plain_seq(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::none); }
+result plain_burst(const run_config& c) { return throughput(c.n, burst_source<int>, wrap::none); }
+result throttle_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::throttle); }
+result retry_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::retry); }
+result events(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::none, true); }
+
+// ---- delay0: every exchange parked at once in delay(0ms) ----------------------------------------
+
+result delay0(const run_config& c) {
+  rc::context ctx;
+  std::size_t completed = 0;
+  ctx.add(rc::craft()
+              .id("delay0")
+              .from(rc::simple(iota_values(c.n)))
+              .delay(0ms)
+              .transform([&completed](int v) {
+                ++completed;
+                return v + 1;
+              })
+              .to(rc::noop()));
+  const double before = rss_mb();
+  result r;
+  r.seconds = run_to_idle(ctx);
+  // simple() parks all N in delay's yield before the first one resumes, so the peak is the moment
+  // every exchange was waiting.
+  const double grown_mb = peak_rss_mb() - before;
+  r.figures["completed"] = completed;
+  r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(c.n);
+  r.figures["rss_waiting_mb"] = grown_mb;
+  r.figures["bytes_per_waiting"] = grown_mb * 1024 * 1024 / static_cast<double>(c.n);
+  return r;
+}
+
+// ---- pacing: real-time accuracy of a throttle ---------------------------------------------------
+
+result pacing(const run_config& c) {
+  constexpr double rate = 1000;  // per second
+  constexpr double burst = 1;
+  rc::context ctx;
+  std::optional<rc::time_point> first_arrival;
+  std::vector<rc::time_point> admitted;
+  admitted.reserve(c.n);
+  ctx.add(rc::craft()
+              .id("pacing")
+              .from(rc::simple(iota_values(c.n)))
+              .process([&](rc::exchange&) {
+                if (!first_arrival) first_arrival = ctx.now();
+              })
+              .throttle({.rate = rate, .burst = burst})
+              .to([&](int&) { admitted.push_back(ctx.now()); }));
+  result r;
+  r.seconds = run_to_idle(ctx);
+
+  // Ideal: the k-th admission (from 0) at first_arrival + k / rate. Nobody may be early; lateness
+  // is how far behind that slot the step actually ran.
+  const double interval_us = 1e6 / rate;
+  std::vector<double> late_us;
+  late_us.reserve(admitted.size());
+  for (std::size_t k = 0; k < admitted.size(); ++k) {
+    const double at_us = std::chrono::duration<double, std::micro>(admitted[k] - *first_arrival).count();
+    late_us.push_back(at_us - static_cast<double>(k) * interval_us);
+  }
+  std::vector<double> sorted = late_us;
+  std::sort(sorted.begin(), sorted.end());
+  const auto pct = [&](double p) {
+    const auto i = static_cast<std::size_t>(std::ceil(p * static_cast<double>(sorted.size()))) - 1;
+    return sorted[std::min(i, sorted.size() - 1)];
+  };
+
+  // The most admitted in any closed 1 s window, and the worst excess over burst + rate * t for any
+  // window [t_i, t_j] (t measured between two observed admissions).
+  std::size_t max_in_window = 0;
+  double worst_excess = -1e300;
+  for (std::size_t i = 0, j = 0; j < admitted.size(); ++j) {
+    while (admitted[j] - admitted[i] > 1s) ++i;
+    max_in_window = std::max(max_in_window, j - i + 1);
+  }
+  for (std::size_t i = 0; i < admitted.size(); ++i)
+    for (std::size_t j = i; j < admitted.size(); ++j) {
+      const double t = std::chrono::duration<double>(admitted[j] - admitted[i]).count();
+      worst_excess = std::max(worst_excess, static_cast<double>(j - i + 1) - (burst + rate * t));
+    }
+
+  r.figures["admitted"] = admitted.size();
+  r.figures["rate"] = rate;
+  r.figures["burst"] = burst;
+  r.figures["max_in_window"] = max_in_window;
+  r.figures["window_bound"] = burst + rate * 1.0;
+  r.figures["worst_window_excess"] = worst_excess;  // <= 0: burst + rate*t held for every window
+  r.figures["min_lateness_us"] = sorted.front();
+  r.figures["mean_lateness_us"] = std::accumulate(late_us.begin(), late_us.end(), 0.0) / static_cast<double>(late_us.size());
+  r.figures["p50_lateness_us"] = pct(0.50);
+  r.figures["p99_lateness_us"] = pct(0.99);
+  r.figures["max_lateness_us"] = sorted.back();
+  return r;
+}
+
+// ---- inflight: a deep throttle backlog, then a graceful stop -----------------------------------
+
+result inflight(const run_config& c) {
+  rc::context ctx;
+  std::atomic<std::size_t> admitted{0};
+  std::vector<rc::time_point> times;  // worker thread; read after stop() joined it
+  times.reserve(c.n);
+  ctx.add(rc::craft()
+              .id("inflight")
+              .from(rc::simple(iota_values(c.n)))
+              .throttle({.rate = 10})
+              .to([&](int&) {
+                times.push_back(ctx.now());
+                admitted.fetch_add(1, std::memory_order_relaxed);
+              }));
+  const double before = rss_mb();
+  const auto t0 = wall::now();
+  ctx.start();
+  std::this_thread::sleep_for(2s);
+  const double waiting_mb = rss_mb() - before;
+  const std::size_t admitted_before_stop = admitted.load();
+  const std::size_t waiting = c.n - admitted_before_stop;
+
+  const rc::time_point requested = ctx.now();
+  const auto stop_t0 = wall::now();
+  const rc::stop_result sr = ctx.stop();
+  const double stop_total_ms = seconds_since(stop_t0) * 1e3;
+
+  result r;
+  r.seconds = seconds_since(t0);
+  // Stop "begins" when the first parked exchange is admitted because of it.
+  const auto first_after = std::find_if(times.begin(), times.end(), [&](rc::time_point t) { return t >= requested; });
+  r.figures["waiting_at_stop"] = waiting;
+  r.figures["admitted_before_stop"] = admitted_before_stop;
+  r.figures["admitted"] = admitted.load();
+  r.figures["forced"] = sr.forced;
+  r.figures["rss_waiting_mb"] = waiting_mb;
+  r.figures["bytes_per_waiting"] = waiting_mb * 1024 * 1024 / static_cast<double>(waiting);
+  r.figures["stop_ms"] =
+      first_after == times.end() ? nlohmann::json(nullptr) : nlohmann::json(rc::to_ms(*first_after - requested));
+  r.figures["stop_total_ms"] = stop_total_ms;
+  return r;
+}
+
+// ---- keys: one new key per exchange -------------------------------------------------------------
+
+result keys(const run_config& c) {
+  rc::context ctx;
+  std::size_t completed = 0;
+  ctx.add(rc::craft()
+              .id("keys")
+              .from(rc::sequence(iota_values(c.n)))
+              // 1000/s: a bucket that took one token is full again (evictable) after 1 ms.
+              .throttle({.rate = 1000,
+                         .key = [](const rc::exchange& ex) { return "user-" + std::to_string(ex.body<int>()); },
+                         .max_keys = c.max_keys})
+              .transform([&completed](int v) {
+                ++completed;
+                return v + 1;
+              })
+              .to(rc::noop()));
+  const double before = rss_mb();
+  result r;
+  r.seconds = run_to_idle(ctx);
+  const double grown_mb = rss_mb() - before;  // the table is still alive: the route owns it
+  r.figures["completed"] = completed;
+  r.figures["refused"] = c.n - completed;
+  r.figures["max_keys"] = c.max_keys;
+  r.figures["rss_table_mb"] = grown_mb;
+  r.figures["bytes_per_key"] = grown_mb * 1024 * 1024 / static_cast<double>(std::min(c.n, c.max_keys));
+  r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(c.n);
+  return r;
+}
+
+struct scenario {
+  std::string_view name;
+  std::size_t default_n;
+  result (*run)(const run_config&);
+};
+
+constexpr scenario scenarios[] = {
+    {"plain_seq", 5'000'000, plain_seq},   {"plain_burst", 5'000'000, plain_burst},
+    {"throttle_open", 2'000'000, throttle_open}, {"retry_open", 2'000'000, retry_open},
+    {"delay0", 200'000, delay0},           {"pacing", 3'000, pacing},
+    {"inflight", 100'000, inflight},       {"keys", 1'000'000, keys},
+    {"events", 5'000'000, events},
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr, "rc-bench: %s\nusage: rc-bench --scenario NAME [--n N] [--max-keys K]\nscenarios:", why);
+  for (const auto& s : scenarios) std::fprintf(stderr, " %.*s", static_cast<int>(s.name.size()), s.name.data());
+  std::fprintf(stderr, "\n");
+  std::exit(2);
+}
+
+std::size_t parse_count(const char* text) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (end == text || *end != '\0' || v == 0) usage("a count must be a positive integer");
+  return static_cast<std::size_t>(v);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string_view name;
+  std::optional<std::size_t> n;
+  std::size_t max_keys = rc::throttle_options::max_keys_limit;  // every key stays tracked
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (i + 1 >= argc) usage("missing value");
+    if (arg == "--scenario")
+      name = argv[++i];
+    else if (arg == "--n")
+      n = parse_count(argv[++i]);
+    else if (arg == "--max-keys")
+      max_keys = parse_count(argv[++i]);
+    else
+      usage("unknown argument");
+  }
+  const auto it = std::find_if(std::begin(scenarios), std::end(scenarios), [&](const scenario& s) { return s.name == name; });
+  if (it == std::end(scenarios)) usage(name.empty() ? "--scenario is required" : "unknown scenario");
+
+  const run_config config{n.value_or(it->default_n), max_keys};
+  try {
+    result r = it->run(config);
+    nlohmann::json out = {{"scenario", it->name},
+                          {"n", config.n},
+                          {"seconds", r.seconds},
+                          {"per_second", static_cast<double>(config.n) / r.seconds},
+                          {"peak_rss_mb", peak_rss_mb()}};
+    for (auto& [k, v] : r.figures.items()) out[k] = v;
+    std::printf("%s\n", out.dump().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rc-bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

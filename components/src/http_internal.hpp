@@ -1,0 +1,107 @@
+// Internals shared by the HTTP server and client: client identity, response building and
+// serialisation, URLs. Plain C++ (no Beast, no Asio), so the rules are cheap to compile and test.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rc/http.hpp"
+#include "rc/route.hpp"
+
+namespace rc::http_detail {
+
+// ---- addresses ------------------------------------------------------------------------------
+
+struct ip_address {
+  std::array<std::uint8_t, 16> bytes{};  // IPv4 in the first 4
+  bool v4 = false;
+};
+
+/// "1.2.3.4", "::1", "[::1]"; an IPv4-mapped IPv6 address becomes IPv4. Ports are not accepted.
+std::optional<ip_address> parse_ip(std::string_view text);
+std::string format_ip(const ip_address& a);
+
+struct ip_block {
+  ip_address base;
+  int prefix = 0;
+  bool contains(const ip_address& a) const noexcept;
+};
+
+/// The trusted-proxy rules of one server, parsed once.
+class client_resolver {
+ public:
+  /// Throws RC5003 for an entry that is not an address, a CIDR block or a known name.
+  explicit client_resolver(const http_server_options& options);
+  bool trusts_anyone() const noexcept { return !trusted_.empty(); }
+  bool trusted(const ip_address& a) const noexcept;
+  /// The identity of a request from `peer` carrying `headers`.
+  http_client_identity resolve(const ip_address& peer, const http_headers& headers) const;
+  /// The rate-limit key of an address: IPv4 as is, IPv6 masked to the prefix ("2001:db8::/56").
+  std::string key_of(const ip_address& a) const;
+
+ private:
+  std::vector<ip_block> trusted_;
+  proxy_header header_;
+  int ipv6_prefix_;
+};
+
+// ---- responses ------------------------------------------------------------------------------
+
+struct response_parts {
+  int status = 200;
+  std::string content_type;
+  std::string body;
+  http_headers headers;
+};
+
+std::string_view reason_phrase(int status) noexcept;
+
+/// {"code": ..., "message": ...}
+std::string error_body(std::string_view code, std::string_view message);
+response_parts error_response(int status, std::string_view code, std::string_view message);
+
+/// The response for a finished run: the final body on success, the mapped status on failure,
+/// plus the headers the gates attached. Consumes the exchange's body.
+response_parts response_for(outcome& result, exchange& ex);
+
+/// Adds a rate-limit header the way express-rate-limit composes several limiters: draft-8
+/// structured values (quoted policy names) append, anything else replaces the earlier value;
+/// an identical name and value is kept once.
+void merge_header(http_headers& out, std::string_view name, std::string_view value);
+
+/// "HTTP/1.1 <status> <reason>", Date (unless the headers carry one), Content-Type, Content-Length,
+/// Connection, the headers; then the body unless `head`. Header lines with CR or LF are skipped.
+void serialize_response(std::string& out, const response_parts& r, bool head, bool keep_alive, bool http10);
+
+/// The current time as an IMF-fixdate, cached per second (per thread).
+std::string_view current_http_date();
+/// Wall-clock milliseconds since the Unix epoch.
+std::int64_t wall_now_ms();
+
+/// Retry-After (delta-seconds or an HTTP date) in milliseconds from now; nothing if unparsable.
+std::optional<double> parse_retry_after(std::string_view value, std::int64_t wall_now_epoch_ms);
+
+/// Whether a content type says JSON (application/json, anything/+json).
+bool is_json_content_type(std::string_view content_type) noexcept;
+
+// ---- URLs -----------------------------------------------------------------------------------
+
+struct url_parts {
+  std::string host;         // without brackets
+  std::uint16_t port = 80;
+  std::string target;       // "/path?query"
+  std::string host_header;  // "host:port" as the Host header wants it
+};
+
+/// Parses "http://host[:port][/path][?query]"; RC5003 for anything else (https included).
+url_parts parse_url(std::string_view url);
+
+std::string percent_decode(std::string_view text, bool plus_is_space);
+
+bool iequals(std::string_view a, std::string_view b) noexcept;
+
+}  // namespace rc::http_detail

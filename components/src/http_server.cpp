@@ -1,0 +1,927 @@
+// The HTTP server behind rc::http_source: one per (host, port) and context, shared by its routes.
+//
+// Each connection is a small state machine on its own strand (the io_context itself when the
+// context runs one thread), driven by callbacks:
+//   idle --first byte--> reading --request parsed--> busy (pipeline runs, then the response is
+//   written) --> idle (keep-alive) or closed.
+// Beast's parser is fed from our own reads, so the connection always knows what it is waiting
+// for: the idle timeout runs until a request's first byte, the read timeout from there to its
+// last (a slowloris client gets 408 however slowly it trickles), the write timeout while a
+// response is going out. One lazily re-armed timer per connection serves all three: moving a
+// deadline later costs nothing, the timer finds out when it fires.
+//
+// While a request is busy a read stays outstanding, so a client that goes away is noticed at
+// once (EOF or reset, as Node's default): the exchange's abort signal fires, the gates waiting
+// for it give their slot back and drop it, and nothing is written. Bytes the client pipelines in
+// the meantime are kept for the next request (up to watch_limit).
+//
+// Pipelines run on the context's io_context like everything else: a route whose steps are all
+// synchronous runs inline on the connection's strand; others are spawned as rc::tasks and hand
+// their result back to the strand. drain() waits for responses being written (work_started).
+#include <algorithm>
+#include <array>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <unordered_set>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <fmt/format.h>
+
+#include "http_internal.hpp"
+#include "rc/context.hpp"
+#include "rc/error.hpp"
+
+namespace rc {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using steady = std::chrono::steady_clock;
+
+namespace detail {
+
+struct http_source_state {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::optional<std::uint16_t> port;
+  std::exception_ptr failure;
+
+  void ready(std::uint16_t p) {
+    std::lock_guard lock(mutex);
+    port = p;
+    cv.notify_all();
+  }
+  void failed(std::exception_ptr e) {
+    std::lock_guard lock(mutex);
+    failure = std::move(e);
+    cv.notify_all();
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+using http_detail::response_parts;
+
+constexpr std::size_t read_chunk = 8 * 1024;
+constexpr std::size_t watch_limit = 64 * 1024;     // pipelined bytes kept while a request is busy
+constexpr std::size_t overflow_limit = 256;        // connections being turned away at once
+constexpr auto linger_time = std::chrono::seconds(2);
+
+// ---- path patterns ----------------------------------------------------------------------------
+
+std::string_view strip_trailing_slash(std::string_view p) {
+  if (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
+  return p;
+}
+
+// Calls f(segment) for each segment of "/a/b/c"; stops early when f returns false.
+template <class F>
+bool for_each_segment(std::string_view path, F f) {
+  path = strip_trailing_slash(path);
+  if (path == "/") return true;
+  std::size_t start = 1;
+  while (start <= path.size()) {
+    auto slash = path.find('/', start);
+    if (slash == std::string_view::npos) slash = path.size();
+    if (!f(path.substr(start, slash - start))) return false;
+    start = slash + 1;
+  }
+  return true;
+}
+
+struct path_pattern {
+  struct segment {
+    std::string text;
+    bool param = false;
+  };
+  std::vector<segment> segments;
+  bool wildcard = false;
+  int literals = 0;
+  int params = 0;
+
+  static path_pattern parse(std::string_view path) {
+    path_pattern p;
+    path = strip_trailing_slash(path);
+    if (path.size() >= 2 && path.substr(path.size() - 2) == "/*") {
+      p.wildcard = true;
+      path = path.substr(0, path.size() - 2);
+      if (path.empty()) path = "/";
+    }
+    for_each_segment(path, [&](std::string_view s) {
+      if (!s.empty() && s.front() == ':') {
+        p.segments.push_back({std::string(s.substr(1)), true});
+        ++p.params;
+      } else {
+        p.segments.push_back({std::string(s), false});
+        ++p.literals;
+      }
+      return true;
+    });
+    return p;
+  }
+
+  bool match(std::string_view path, http_headers* captured) const {
+    std::size_t i = 0;         // segments matched so far
+    std::size_t consumed = 0;  // characters of `path` they cover
+    bool overflow = false;     // the path has segments left when the pattern has none
+    const std::string_view stripped = strip_trailing_slash(path);
+    const bool ok = for_each_segment(path, [&](std::string_view s) {
+      if (i == segments.size()) {
+        overflow = true;
+        return false;
+      }
+      const auto& seg = segments[i];
+      if (seg.param) {
+        if (s.empty()) return false;
+        if (captured) captured->emplace_back(seg.text, http_detail::percent_decode(s, false));
+      } else if (s != seg.text) {
+        return false;
+      }
+      ++i;
+      consumed = static_cast<std::size_t>(s.data() + s.size() - stripped.data());
+      return true;
+    });
+    if (ok) {
+      if (i != segments.size()) return false;
+      if (wildcard && captured) captured->emplace_back("*", "");
+      return true;
+    }
+    if (!wildcard || !overflow) return false;
+    // The pattern is exhausted and the path goes on: the wildcard takes the rest.
+    std::string_view rest = stripped.substr(std::min(consumed, stripped.size()));
+    if (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
+    if (captured) captured->emplace_back("*", http_detail::percent_decode(rest, false));
+    return true;
+  }
+};
+
+struct route_entry {
+  std::string method;
+  std::string path;
+  path_pattern pattern;
+  route_runtime* route;
+  std::optional<duration> response_timeout;
+};
+
+struct route_match {
+  route_runtime* route = nullptr;
+  std::optional<duration> response_timeout;
+  bool path_found = false;
+  std::string allow;  // methods served at the path, for 405
+};
+
+class connection;
+
+// ---- the server -------------------------------------------------------------------------------
+
+class server : public std::enable_shared_from_this<server> {
+ public:
+  server(context& ctx, const tcp::endpoint& ep, http_server_options options)
+      : ctx_(ctx),
+        options_(std::move(options)),
+        resolver_(options_),
+        acceptor_(asio::make_strand(ctx.io())),
+        retry_timer_(acceptor_.get_executor()) {
+    beast::error_code ec;
+    acceptor_.open(ep.protocol(), ec);
+    if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec && ep.address().is_v6() && ep.address().is_unspecified()) acceptor_.set_option(asio::ip::v6_only(false), ec);
+    if (!ec) acceptor_.bind(ep, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec)
+      throw error(errc::connection_failed,
+                  fmt::format("http_source cannot listen on {}:{}: {}", ep.address().to_string(), ep.port(), ec.message()));
+    port_ = acceptor_.local_endpoint().port();
+  }
+
+  std::uint16_t port() const noexcept { return port_; }
+  context& ctx() noexcept { return ctx_; }
+  const http_server_options& options() const noexcept { return options_; }
+  const http_detail::client_resolver& resolver() const noexcept { return resolver_; }
+  bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
+
+  void start_accepting() { accept(); }
+
+  void add(route_entry e) {
+    std::lock_guard lock(mutex_);
+    for (const auto& r : routes_)
+      if (r.method == e.method && r.path == e.path)
+        throw error(errc::misconfigured,
+                    fmt::format("http_source: {} {} on port {} is already served by route \"{}\"", e.method, e.path,
+                                port_, r.route->id()));
+    routes_.push_back(std::move(e));
+  }
+
+  /// Returns true when no route is left.
+  bool remove(route_runtime* rt) {
+    std::lock_guard lock(mutex_);
+    std::erase_if(routes_, [&](const route_entry& e) { return e.route == rt; });
+    return routes_.empty();
+  }
+
+  route_match match(std::string_view method, std::string_view path, http_headers& params) const {
+    route_match m;
+    const route_entry* best = nullptr;
+    std::lock_guard lock(mutex_);
+    for (const auto& e : routes_) {
+      if (!e.pattern.match(path, nullptr)) continue;
+      m.path_found = true;
+      const bool method_ok = e.method == "*" || e.method == method || (method == "HEAD" && e.method == "GET");
+      if (!method_ok) {
+        if (m.allow.find(e.method) == std::string::npos) {
+          if (!m.allow.empty()) m.allow += ", ";
+          m.allow += e.method;
+          if (e.method == "GET" && m.allow.find("HEAD") == std::string::npos) m.allow += ", HEAD";
+        }
+        continue;
+      }
+      if (!best || better(e, *best, method)) best = &e;
+    }
+    if (best) {
+      best->pattern.match(path, &params);
+      m.route = best->route;
+      m.response_timeout = best->response_timeout;
+    }
+    return m;
+  }
+
+  // Connection bookkeeping (any thread).
+  bool admit() {
+    return open_.fetch_add(1, std::memory_order_acq_rel) < options_.max_connections;
+  }
+  void opened(connection* c) {
+    std::lock_guard lock(mutex_);
+    live_.insert(c);
+  }
+  void closed(connection* c, bool counted) {
+    if (counted) open_.fetch_sub(1, std::memory_order_acq_rel);
+    std::lock_guard lock(mutex_);
+    live_.erase(c);
+  }
+  std::atomic<std::size_t>& overflow() noexcept { return overflow_; }
+
+  void shutdown();
+
+ private:
+  static bool better(const route_entry& a, const route_entry& b, std::string_view method) {
+    // More literal segments, then fewer parameters, then no wildcard, then an exact method.
+    if (a.pattern.literals != b.pattern.literals) return a.pattern.literals > b.pattern.literals;
+    if (a.pattern.params != b.pattern.params) return a.pattern.params < b.pattern.params;
+    if (a.pattern.wildcard != b.pattern.wildcard) return !a.pattern.wildcard;
+    return a.method == method && b.method != method;
+  }
+
+  void accept();
+
+  context& ctx_;
+  http_server_options options_;
+  http_detail::client_resolver resolver_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer retry_timer_;
+  std::uint16_t port_ = 0;
+  mutable std::mutex mutex_;  // routes_, live_
+  std::vector<route_entry> routes_;
+  std::unordered_set<connection*> live_;
+  std::atomic<std::size_t> open_{0};
+  std::atomic<std::size_t> overflow_{0};
+  std::atomic<bool> stopping_{false};
+};
+
+// ---- one connection ---------------------------------------------------------------------------
+
+class connection : public std::enable_shared_from_this<connection> {
+ public:
+  connection(std::shared_ptr<server> srv, tcp::socket socket, bool counted)
+      : server_(std::move(srv)),
+        socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        counted_(counted),
+        bus_(server_->ctx().events()) {}
+
+  ~connection() {
+    if (!closed_) {
+      server_->closed(this, counted_);
+      if (!counted_) server_->overflow().fetch_sub(1, std::memory_order_acq_rel);
+    }
+    release_work();
+  }
+
+  void start() {
+    server_->opened(this);
+    beast::error_code ec;
+    const auto remote = socket_.remote_endpoint(ec);
+    if (ec) {
+      close();
+      return;
+    }
+    socket_.set_option(tcp::no_delay(true), ec);
+    const auto addr = http_detail::parse_ip(remote.address().to_string());
+    peer_ = addr.value_or(http_detail::ip_address{});
+    peer_text_ = http_detail::format_ip(peer_);
+    peer_port_ = remote.port();
+    const auto& resolver = server_->resolver();
+    per_request_identity_ = resolver.trusts_anyone() && resolver.trusted(peer_);
+    default_key_ = resolver.key_of(peer_);
+    set_deadline(steady::now() + server_->options().idle_timeout);
+    do_read();
+  }
+
+  /// Over max_connections: say so and go.
+  void turn_away() {
+    server_->opened(this);
+    busy_ = true;
+    close_after_ = true;
+    response_parts r = http_detail::error_response(503, "service_unavailable", "too many connections");
+    r.headers.emplace_back("Retry-After", "1");
+    respond(std::move(r));
+  }
+
+  /// The server is stopping: idle connections close now, busy ones after their response.
+  void stop_soon() {
+    asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+      if (self->closed_) return;
+      self->close_after_ = true;
+      if (!self->busy_) self->close();
+    });
+  }
+
+ private:
+  // ---- reading ----
+  void do_read() {
+    if (read_pending_ || closed_) return;
+    read_pending_ = true;
+    // Into a buffer of its own: `in_` is consumed by the parser while this read is pending.
+    socket_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+      self->on_read(ec, n);
+    });
+  }
+
+  void on_read(beast::error_code ec, std::size_t n) {
+    read_pending_ = false;
+    if (closed_) return;
+    if (ec) {
+      if (busy_ && !response_started_) {
+        client_gone();
+      } else if (busy_) {
+        close_after_ = true;  // the response goes out if it can; then we close
+      } else {
+        close();
+      }
+      return;
+    }
+    if (lingering_) {
+      do_read();
+      return;
+    }
+    in_.commit(asio::buffer_copy(in_.prepare(n), asio::buffer(chunk_, n)));
+    if (busy_) {
+      if (in_.size() < watch_limit) do_read();  // keep listening for the client going away
+      return;
+    }
+    parse();
+  }
+
+  void parse() {
+    if (closed_ || busy_) return;
+    if (close_after_) {  // the server is stopping: no new request on this connection
+      close();
+      return;
+    }
+    for (;;) {
+      if (in_.size() == 0) {
+        if (!parser_) {
+          if (in_.capacity() > watch_limit) in_.shrink_to_fit();
+          set_deadline(steady::now() + server_->options().idle_timeout);
+        } else {
+          maybe_continue();
+        }
+        do_read();
+        return;
+      }
+      if (!parser_) {
+        const auto& o = server_->options();
+        parser_.emplace();
+        parser_->header_limit(static_cast<std::uint32_t>(o.max_header_bytes));
+        parser_->body_limit(o.max_body_bytes);
+        parser_->eager(true);
+        continue_sent_ = false;
+        set_deadline(steady::now() + o.read_timeout);
+      }
+      beast::error_code ec;
+      const std::size_t used = parser_->put(in_.data(), ec);
+      in_.consume(used);
+      if (ec == bhttp::error::need_more) {
+        maybe_continue();
+        do_read();
+        return;
+      }
+      if (ec) {
+        parse_error(ec);
+        return;
+      }
+      if (parser_->is_done()) {
+        dispatch();
+        return;
+      }
+      if (used == 0) {  // nothing consumed, no error: wait for more
+        do_read();
+        return;
+      }
+    }
+  }
+
+  void maybe_continue() {
+    if (!parser_ || continue_sent_ || !parser_->is_header_done() || parser_->is_done()) return;
+    const auto expect = parser_->get()[bhttp::field::expect];
+    if (!http_detail::iequals(expect, "100-continue")) return;
+    continue_sent_ = true;
+    send("HTTP/1.1 100 Continue\r\n\r\n");
+  }
+
+  void parse_error(beast::error_code ec) {
+    parser_.reset();
+    busy_ = true;
+    close_after_ = true;  // the stream cannot be trusted past a bad request
+    if (ec == bhttp::error::header_limit)
+      respond(http_detail::error_response(431, "header_fields_too_large",
+                                          fmt::format("request headers exceed {} bytes", server_->options().max_header_bytes)));
+    else if (ec == bhttp::error::body_limit)
+      respond(http_detail::error_response(413, "payload_too_large",
+                                          fmt::format("request body exceeds {} bytes", server_->options().max_body_bytes)));
+    else
+      respond(http_detail::error_response(400, "bad_request", "malformed HTTP request"));
+  }
+
+  // ---- one request ----
+  void dispatch() {
+    auto req = parser_->release();
+    parser_.reset();
+    busy_ = true;
+    response_started_ = false;
+    keep_alive_ = req.keep_alive();
+    http10_ = req.version() < 11;
+    head_ = req.method() == bhttp::verb::head;
+    hold_work();
+
+    const std::string_view target(req.target().data(), req.target().size());
+    const auto qmark = target.find('?');
+    const std::string_view path = target.substr(0, qmark);
+    const std::string_view method(req.method_string().data(), req.method_string().size());
+    const bool tracing = bus_.listening(event_id::http_request_completed);
+    if (tracing) {
+      trace_method_ = std::string(method);
+      trace_path_ = std::string(path);
+      trace_route_.clear();
+      trace_client_ = per_request_identity_ ? std::string() : default_key_;
+      trace_started_ = steady::now();
+    }
+
+    if (server_->stopping()) {
+      close_after_ = true;
+      respond(http_detail::error_response(503, "service_unavailable", "the server is shutting down"));
+      return;
+    }
+    http_headers params;
+    const route_match m = server_->match(method, path, params);
+    if (!m.route) {
+      if (m.path_found) {
+        response_parts r = http_detail::error_response(405, "method_not_allowed",
+                                                       fmt::format("{} is not allowed here", method));
+        r.headers.emplace_back("Allow", m.allow);
+        respond(std::move(r));
+      } else {
+        respond(http_detail::error_response(404, "not_found", "no route serves this path"));
+      }
+      return;
+    }
+    route_runtime& rt = *m.route;
+    if (tracing) trace_route_ = rt.id();
+    if (rt.intake().fired()) {
+      close_after_ = true;
+      respond(http_detail::error_response(503, "service_unavailable", "the route is shutting down"));
+      return;
+    }
+
+    http_request body;
+    body.method = std::string(method);
+    body.target = std::string(target);
+    body.path = std::string(path);
+    if (qmark != std::string_view::npos) body.query = std::string(target.substr(qmark + 1));
+    body.params = std::move(params);
+    body.headers.reserve(8);
+    for (const auto& f : req)
+      body.headers.emplace_back(std::string(f.name_string().data(), f.name_string().size()),
+                                std::string(f.value().data(), f.value().size()));
+    body.body = std::move(req.body());
+    if (!body.body.empty()) {
+      const auto ct = req[bhttp::field::content_type];
+      if (http_detail::is_json_content_type(std::string_view(ct.data(), ct.size()))) {
+        auto parsed = nlohmann::json::parse(body.body, nullptr, false);
+        if (parsed.is_discarded()) {
+          respond(http_detail::error_response(400, code_string(errc::validation), "the request body is not valid JSON"));
+          return;
+        }
+        body.json = std::move(parsed);
+      }
+    }
+    body.peer = peer_text_;
+    body.peer_port = peer_port_;
+    if (per_request_identity_) {
+      auto who = server_->resolver().resolve(peer_, body.headers);
+      body.client = std::move(who.address);
+      body.client_key = std::move(who.key);
+      if (tracing) trace_client_ = body.client_key;
+    } else {
+      body.client = peer_text_;
+      body.client_key = default_key_;
+    }
+
+    // Keep a read outstanding while the exchange runs: that is how a departure is noticed.
+    if (in_.size() < watch_limit) do_read();
+    set_deadline(m.response_timeout ? steady::now() + *m.response_timeout : steady::time_point::max());
+
+    exchange ex;
+    rt.adopt(ex);
+    ex.set_header(client_header, body.client_key);
+    if (const auto* corr = body.header("X-Correlation-Id"); corr && !corr->empty() && corr->size() <= 128)
+      ex.set_correlation_id(*corr);
+    ex.set_body(std::move(body));
+    abort_.emplace(server_->ctx().clock());
+    ex.set_abort_signal(&*abort_);
+    pipeline_running_ = true;
+    if (m.response_timeout) ex.set_deadline(rt.now() + *m.response_timeout);
+
+    if (rt.all_synchronous()) {
+      finish(rt.process_now(std::move(ex)));
+      return;
+    }
+    rc::spawn([self = shared_from_this(), route = &rt, ex = std::move(ex)]() mutable {
+      return run_exchange(std::move(self), route, std::move(ex));
+    });
+  }
+
+  static task<void> run_exchange(std::shared_ptr<connection> self, route_runtime* rt, exchange ex) {
+    run_result r = co_await rt->process(std::move(ex));
+    auto executor = self->socket_.get_executor();
+    asio::dispatch(executor, [self = std::move(self), r = std::move(r)]() mutable { self->finish(std::move(r)); });
+  }
+
+  void finish(run_result r) {
+    // The exchange is over: its abort signal can go (it must not outlive the context's clock).
+    pipeline_running_ = false;
+    abort_.reset();
+    if (closed_ || gone_ || response_started_) return;  // nobody to answer, or answered already
+    respond(http_detail::response_for(r.result, r.ex));
+  }
+
+  void client_gone() {
+    gone_ = true;
+    if (abort_) abort_->fire();
+    close();
+  }
+
+  // ---- writing ----
+  void respond(response_parts r) {
+    response_started_ = true;
+    const bool keep = keep_alive_ && !close_after_ && !server_->stopping();
+    if (!keep) close_after_ = true;
+    if (!trace_method_.empty()) trace(r.status);
+    set_deadline(steady::now() + server_->options().write_timeout);
+    // Straight into the output buffer (its capacity is reused from one response to the next).
+    std::string& target = writing_ ? queued_ : out_;
+    if (!writing_) out_.clear();
+    http_detail::serialize_response(target, r, head_, keep, http10_);
+    if (!writing_) start_write();
+  }
+
+  void trace(int status) {
+    bus_.emit(event_id::http_request_completed, [&] {
+      nlohmann::json j = {{"method", trace_method_},
+                          {"path", trace_path_},
+                          {"status", status},
+                          {"client", trace_client_},
+                          {"duration", std::chrono::duration<double, std::milli>(steady::now() - trace_started_).count()}};
+      if (!trace_route_.empty()) j["routeId"] = trace_route_;
+      return j;
+    });
+    trace_method_.clear();
+  }
+
+  void send(std::string_view bytes) {
+    if (writing_) {
+      queued_ += bytes;
+      return;
+    }
+    out_.assign(bytes);
+    start_write();
+  }
+
+  void start_write() {
+    writing_ = true;
+    asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->on_write(ec);
+    });
+  }
+
+  void on_write(beast::error_code ec) {
+    writing_ = false;
+    if (closed_) return;
+    if (ec) {
+      if (busy_ && !response_started_)
+        client_gone();
+      else
+        close();
+      return;
+    }
+    if (!queued_.empty()) {
+      out_.swap(queued_);
+      queued_.clear();
+      start_write();
+      return;
+    }
+    if (busy_ && response_started_) after_response();
+  }
+
+  void after_response() {
+    busy_ = false;
+    release_work();
+    if (close_after_) {
+      linger_close();
+      return;
+    }
+    parse();  // a pipelined request may be waiting already
+  }
+
+  // ---- time ----
+  void set_deadline(steady::time_point t) {
+    deadline_ = t;
+    if (t < timer_at_) arm(t);
+  }
+
+  void arm(steady::time_point t) {
+    timer_at_ = t;
+    timer_.expires_at(t);
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec == asio::error::operation_aborted) return;  // re-armed earlier, or closed
+      self->timer_at_ = steady::time_point::max();
+      if (self->closed_) return;
+      if (steady::now() < self->deadline_) {
+        if (self->deadline_ != steady::time_point::max()) self->arm(self->deadline_);
+        return;
+      }
+      self->on_deadline();
+    });
+  }
+
+  void on_deadline() {
+    if (lingering_) {
+      close();
+      return;
+    }
+    if (busy_) {
+      if (!response_started_) {  // response_timeout: answer now, and let the gates know
+        if (abort_) abort_->fire();
+        close_after_ = true;
+        respond(http_detail::error_response(503, code_string(errc::timed_out), "the response was not ready in time"));
+      } else {  // the client does not read what we write
+        if (abort_) abort_->fire();
+        close();
+      }
+      return;
+    }
+    if (parser_) {  // a request started and did not finish in time
+      parser_.reset();
+      busy_ = true;
+      close_after_ = true;
+      respond(http_detail::error_response(408, "request_timeout", "the request was not received in time"));
+      return;
+    }
+    close();  // idle keep-alive connection
+  }
+
+  // ---- closing ----
+  // After an error response the client may still be sending: closing at once would reset the
+  // connection and could destroy the response before it is read. Stop sending, read and discard
+  // for a moment, then close.
+  void linger_close() {
+    beast::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) {
+      close();
+      return;
+    }
+    lingering_ = true;
+    in_.consume(in_.size());
+    set_deadline(steady::now() + std::min<steady::duration>(linger_time, server_->options().read_timeout));
+    do_read();
+  }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    beast::error_code ec;
+    socket_.close(ec);
+    timer_.cancel();
+    server_->closed(this, counted_);
+    if (!counted_) server_->overflow().fetch_sub(1, std::memory_order_acq_rel);
+    if (!pipeline_running_) abort_.reset();
+    release_work();
+  }
+
+  void hold_work() {
+    if (work_held_) return;
+    work_held_ = true;
+    server_->ctx().work_started();
+  }
+  void release_work() {
+    if (!work_held_) return;
+    work_held_ = false;
+    server_->ctx().work_finished();
+  }
+
+  std::shared_ptr<server> server_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  bool counted_;
+  event_bus& bus_;
+  std::array<char, read_chunk> chunk_;
+  beast::flat_buffer in_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::string out_;
+  std::string queued_;
+  std::optional<cancel_signal> abort_;
+
+  http_detail::ip_address peer_;
+  std::string peer_text_;
+  std::uint16_t peer_port_ = 0;
+  std::string default_key_;
+  bool per_request_identity_ = false;
+
+  steady::time_point deadline_ = steady::time_point::max();
+  steady::time_point timer_at_ = steady::time_point::max();
+
+  std::string trace_method_, trace_path_, trace_route_, trace_client_;
+  steady::time_point trace_started_{};
+
+  bool read_pending_ = false;
+  bool writing_ = false;
+  bool busy_ = false;              // a request is being answered (pipeline or response in flight)
+  bool response_started_ = false;  // its response is decided and going out
+  bool close_after_ = false;
+  bool lingering_ = false;
+  bool continue_sent_ = false;
+  bool gone_ = false;
+  bool closed_ = false;
+  bool keep_alive_ = true;
+  bool http10_ = false;
+  bool head_ = false;
+  bool work_held_ = false;
+  bool pipeline_running_ = false;  // an exchange holds a pointer to abort_
+};
+
+void server::accept() {
+  // One thread: the io_context is the strand. Several: each connection gets its own.
+  const auto executor = ctx_.threads() > 1 ? asio::any_io_executor(asio::make_strand(ctx_.io()))
+                                            : asio::any_io_executor(ctx_.io().get_executor());
+  acceptor_.async_accept(executor, [self = shared_from_this()](beast::error_code ec, tcp::socket s) {
+    if (ec == asio::error::operation_aborted || self->stopping()) return;
+    if (ec) {  // out of file descriptors and the like: breathe, then go on accepting
+      self->retry_timer_.expires_after(std::chrono::milliseconds(50));
+      self->retry_timer_.async_wait([self](beast::error_code e) {
+        if (!e && !self->stopping()) self->accept();
+      });
+      return;
+    }
+    if (self->admit()) {
+      std::make_shared<connection>(self, std::move(s), true)->start();
+    } else {
+      self->open_.fetch_sub(1, std::memory_order_acq_rel);
+      if (self->overflow_.fetch_add(1, std::memory_order_acq_rel) < overflow_limit) {
+        std::make_shared<connection>(self, std::move(s), false)->turn_away();
+      } else {
+        self->overflow_.fetch_sub(1, std::memory_order_acq_rel);
+        beast::error_code ignored;
+        s.close(ignored);
+      }
+    }
+    self->accept();
+  });
+}
+
+void server::shutdown() {
+  stopping_.store(true, std::memory_order_release);
+  asio::dispatch(acceptor_.get_executor(), [self = shared_from_this()] {
+    beast::error_code ec;
+    self->acceptor_.close(ec);
+    self->retry_timer_.cancel();
+  });
+  std::vector<std::shared_ptr<connection>> open;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto* c : live_)
+      if (auto sp = c->weak_from_this().lock()) open.push_back(std::move(sp));
+  }
+  for (auto& c : open) c->stop_soon();
+}
+
+// ---- the registry: one server per (host, port) and context ---------------------------------------
+
+class http_server_registry {
+ public:
+  explicit http_server_registry(context& ctx) : ctx_(ctx) {}
+
+  std::shared_ptr<server> attach(const http_source_options& o, route_runtime& rt) {
+    const std::string host = o.host == "localhost" ? "127.0.0.1" : o.host;
+    std::lock_guard lock(mutex_);
+    // Port 0 routes of a host share one ephemeral server; a route naming that server's port
+    // joins it too.
+    std::shared_ptr<server> s = o.port == 0 ? find(ephemeral_, host) : find(servers_, std::pair<std::string, std::uint16_t>{host, o.port});
+    if (s) {
+      if (o.server != s->options() && o.server != http_server_options{})
+        throw error(errc::misconfigured,
+                    fmt::format("http_source: route \"{}\" gives server options for {}:{} that differ from those of "
+                                "the routes already on it; set them on one route, or the same on all",
+                                rt.id(), host, s->port()));
+    } else {
+      s = std::make_shared<server>(ctx_, tcp::endpoint(asio::ip::make_address(host), o.port), o.server);
+      s->start_accepting();
+      servers_[{host, s->port()}] = s;
+      if (o.port == 0) ephemeral_[host] = s;
+    }
+    s->add(route_entry{o.method, o.path, path_pattern::parse(o.path), &rt, o.response_timeout});
+    return s;
+  }
+
+  void detach(const std::shared_ptr<server>& s, route_runtime& rt) {
+    if (!s->remove(&rt)) return;
+    {
+      std::lock_guard lock(mutex_);
+      std::erase_if(servers_, [&](const auto& kv) { return kv.second == s; });
+      std::erase_if(ephemeral_, [&](const auto& kv) { return kv.second == s; });
+    }
+    s->shutdown();
+  }
+
+ private:
+  template <class Map, class Key>
+  static std::shared_ptr<server> find(Map& map, const Key& key) {
+    auto it = map.find(key);
+    if (it == map.end() || it->second->stopping()) return nullptr;
+    return it->second;
+  }
+
+  context& ctx_;
+  std::mutex mutex_;
+  std::map<std::pair<std::string, std::uint16_t>, std::shared_ptr<server>> servers_;
+  std::map<std::string, std::shared_ptr<server>> ephemeral_;
+};
+
+}  // namespace
+
+// ---- the source ---------------------------------------------------------------------------------
+
+http_source_endpoint::http_source_endpoint(http_source_options options)
+    : options_(std::move(options)), state_(std::make_shared<detail::http_source_state>()) {
+  options_.validate();
+}
+
+task<void> http_source_endpoint::run(source_context& sc) {
+  context& ctx = sc.route().ctx();
+  std::shared_ptr<server> srv;
+  try {
+    if (ctx.is_virtual())
+      throw error(errc::misconfigured, "http_source needs a real-time context: sockets do not run in rc::virtual_time");
+    srv = ctx.service<http_server_registry>().attach(options_, sc.route());
+  } catch (...) {
+    state_->failed(std::current_exception());
+    throw;
+  }
+  state_->ready(srv->port());
+  (void)co_await sc.sleep_until(time_point::max());  // serve until the route stops taking work
+  ctx.service<http_server_registry>().detach(srv, sc.route());
+}
+
+std::uint16_t http_source_endpoint::port(duration wait) const {
+  std::unique_lock lock(state_->mutex);
+  state_->cv.wait_for(lock, wait, [&] { return state_->port.has_value() || state_->failure != nullptr; });
+  if (state_->failure) std::rethrow_exception(state_->failure);
+  if (!state_->port)
+    throw error(errc::timed_out, fmt::format("http_source {} {}: not listening after {} (was the context started?)",
+                                             options_.method, options_.path, ms_text(wait)));
+  return *state_->port;
+}
+
+}  // namespace rc

@@ -1,0 +1,20 @@
+// keyed_gate: what a gate with per-key state (slow_down, rate_limit) can tell about it, for tests
+// and metrics. Reach it with `dynamic_cast<const rc::keyed_gate*>(step)`.
+#pragma once
+
+#include <cstddef>
+
+namespace rc {
+
+struct keyed_gate_stats {
+  std::size_t keys = 0;          // keys in the table
+  std::size_t memory_bytes = 0;  // heap bytes of the table, counters included
+};
+
+class keyed_gate {
+ public:
+  virtual ~keyed_gate() = default;
+  virtual keyed_gate_stats stats() const = 0;
+};
+
+}  // namespace rc

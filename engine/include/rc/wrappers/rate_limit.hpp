@@ -1,0 +1,74 @@
+// rate_limit: a hard ceiling of `limit` hits per key per window (express-rate-limit's rule,
+// reference §2). A hit is counted when the exchange reaches the gate; hits 1..limit pass, every
+// later hit of the window is refused, and refused hits count too.
+//
+// A refusal fails the exchange at once with RC5013 (retryable), nothing downstream runs, and the
+// error's details() carry the structured fields a transport needs: status, message, limit,
+// remaining, used, reset / reset_ms, retry_after / retry_after_ms (whole seconds rounded up / exact
+// ms), key, label, policy and the ready-made headers. Every counted exchange, passed or refused,
+// gets a limit_note (gate "rateLimit") with the same numbers and the headers of `headers`, byte
+// for byte as express writes them (gates/rate_limit_headers.hpp).
+//
+// Counting: `sliding` (default) counts the key's arrivals in (now - window, now], so no window of
+// that length ever admits more than `limit`; `fixed` is express's window per key opened by its
+// first hit, which can admit up to twice the limit across a window edge. reset is when the key's
+// count next drops (the window end, for fixed); retry_after is when a new hit would pass (the same
+// for fixed; for sliding, when enough hits have left the window).
+//
+// skip_failed / skip_successful give the hit back when the downstream outcome is a failure /
+// success, inside the window it was counted in (never a later one). Route scope looks at the
+// run's final outcome (a drop counts as a failure), step scope at the wrapped step's. Under
+// skip_failed a refusal gives its own hit back at once (express: a 429 is a failed response).
+//
+// Per-key counters live in a bounded LRU of max_keys entries that forgets only keys with no hit
+// left in their window; when every candidate still counts, the new key is counted in one shared
+// overflow window (bounded memory, never unmetered).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "rc/exchange.hpp"
+#include "rc/gates/rate_limit_headers.hpp"
+#include "rc/keys.hpp"
+#include "rc/options.hpp"
+#include "rc/step.hpp"
+#include "rc/wrappers/keyed_gate.hpp"
+
+namespace rc {
+
+struct rate_limit_options {
+  static constexpr std::size_t default_max_keys = 10000;
+  static constexpr std::size_t max_keys_limit = 1000000;
+  static constexpr std::string_view default_message = "Too many requests, please try again later.";
+  static constexpr int default_status = 429;
+
+  std::int64_t limit = 5;  // hits per window that pass; 0 refuses everything
+  duration window = std::chrono::minutes(1);
+  key_selector key;  // one window per key; none = one shared window
+  std::size_t max_keys = default_max_keys;
+  std::string label;
+  rc::counting counting = rc::counting::sliding;
+  std::string message = std::string(default_message);  // the refusal's response body
+  int status = default_status;                          // the refusal's response status
+  bool skip_failed = false;      // a failed downstream outcome gives the hit back
+  bool skip_successful = false;  // a successful downstream outcome gives the hit back
+  rate_limit_headers headers = rate_limit_headers::none;
+  std::string policy;  // draft-8 quota name; empty = "<limit>-in-<window>" ("7-in-30sec")
+
+  /// RC5003 on the first invalid option: limit, window, headers, status, max_keys, counting.
+  void validate() const;
+};
+
+/// Builds the rate_limit step around `inner` (null for a route-scope gate). Validates first.
+std::unique_ptr<step> make_rate_limit(rate_limit_options options, std::unique_ptr<step> inner, scope s);
+
+/// The builder's gate() extension point (found by ADL).
+inline std::unique_ptr<step> make_gate(rate_limit_options options, std::unique_ptr<step> inner, scope s) {
+  return make_rate_limit(std::move(options), std::move(inner), s);
+}
+
+}  // namespace rc

@@ -1,0 +1,202 @@
+#include "rc/wrappers/rate_limit.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "keyed_windows.hpp"
+#include "rc/context.hpp"
+#include "rc/route.hpp"
+
+namespace rc {
+
+void rate_limit_options::validate() const {
+  if (limit < 0) invalid_option("rate_limit", "limit", "an integer >= 0", limit);
+  if (window <= duration::zero()) invalid_option("rate_limit", "window", "a duration > 0", ms_text(window));
+  if (!is_valid_header_mode(headers))
+    invalid_option("rate_limit", "headers", "none, draft_6, draft_7 or draft_8, optionally | legacy",
+                   static_cast<int>(headers));
+  if (status < 400 || status > 599)
+    invalid_option("rate_limit", "status", "an HTTP error status in [400, 599]", status);
+  if (max_keys < 1 || max_keys > max_keys_limit)
+    invalid_option("rate_limit", "max_keys", "an integer in [1, 1000000]", max_keys);
+  if (counting != rc::counting::sliding && counting != rc::counting::fixed)
+    invalid_option("rate_limit", "counting", "sliding or fixed", static_cast<int>(counting));
+}
+
+namespace {
+
+template <class Counter>
+class rate_limit_step final : public wrapper, public keyed_gate {
+ public:
+  rate_limit_step(rate_limit_options o, std::unique_ptr<step> inner, rc::scope s)
+      : wrapper(std::move(inner), s),
+        options_(std::move(o)),
+        limit_(static_cast<std::uint64_t>(options_.limit)),
+        policy_(options_.policy.empty() ? rate_limit_policy_name(limit_, options_.window) : options_.policy),
+        windows_(static_cast<bool>(options_.key), options_.max_keys) {}
+
+  keyed_gate_stats stats() const override {
+    std::lock_guard lock(mutex_);
+    return windows_.stats();
+  }
+
+  task<outcome> run(exchange& ex, route_runtime& rt) override {
+    std::string key;
+    if (options_.key) {
+      try {
+        key = options_.key(ex);
+      } catch (...) {
+        co_return outcome::failed(std::make_exception_ptr(error(
+            errc::misconfigured,
+            "rate_limit({ key }) selector threw; it must return a string for every exchange (" +
+                message_of(std::current_exception()) + ")",
+            false, std::current_exception())));
+      }
+    }
+
+    // Count at the gate: behind a slow_down that is after the delay, not at the caller's arrival.
+    // The time is read under the lock so that a counter never sees time go backwards.
+    time_point now{};
+    hit_result hit{};
+    bool overflow = false;
+    bool rejected = false;
+    time_point retry_at{};
+    {
+      std::lock_guard lock(mutex_);
+      now = rt.now();
+      retry_at = now;
+      const auto counted = windows_.increment(key, now, options_.window);
+      hit = counted.hit;
+      overflow = counted.overflow;
+      rejected = hit.hits > limit_;
+      if (rejected) {
+        // express: a refusal is a failed response, so skip_failed gives its hit back at once.
+        if (options_.skip_failed) windows_.give_back(key, overflow, now, hit.counted_until);
+        retry_at = counted.counter->retry_at(now, limit_);
+        if (retry_at == time_point::max()) retry_at = hit.reset_at;  // limit 0: never; say the reset
+      }
+    }
+
+    const duration reset = std::max(hit.reset_at - now, duration::zero());
+    const duration retry_after = std::max(retry_at - now, duration::zero());
+    limit_note& note = add_note(ex, rt, key, hit.hits, reset, rejected, retry_after);
+
+    if (rejected) {
+      rt.events().emit(event_id::rate_limit_rejected, [&] {
+        auto j = fields(ex, rt, key, overflow, note);
+        j["retryAfterMs"] = to_ms(retry_after);
+        return j;
+      });
+      co_return outcome::failed(std::make_exception_ptr(refusal(note)));
+    }
+    rt.events().emit(event_id::rate_limit_passed, [&] { return fields(ex, rt, key, overflow, note); });
+
+    const bool give_back_on_success = options_.skip_successful;
+    const bool give_back_on_failure = options_.skip_failed;
+    if (!give_back_on_success && !give_back_on_failure) co_return co_await run_inner(ex, rt);
+
+    if (!inner_) {
+      // Route scope: the run's final outcome decides.
+      ex.on_finish([this, &rt, key, overflow, until = hit.counted_until](bool succeeded) {
+        if (succeeded ? options_.skip_successful : options_.skip_failed) give_back(key, overflow, rt.now(), until);
+      });
+      co_return outcome::proceed();
+    }
+    outcome o = co_await run_inner(ex, rt);
+    if (o.ok() ? give_back_on_success : give_back_on_failure) give_back(key, overflow, rt.now(), hit.counted_until);
+    co_return o;
+  }
+
+ private:
+  void give_back(const std::string& key, bool overflow, time_point now, time_point counted_until) {
+    std::lock_guard lock(mutex_);
+    windows_.give_back(key, overflow, now, counted_until);
+  }
+
+  limit_note& add_note(exchange& ex, route_runtime& rt, const std::string& key, std::uint64_t hits, duration reset,
+                       bool rejected, duration retry_after) const {
+    limit_note note;
+    note.gate = "rateLimit";
+    note.label = options_.label;
+    note.limit = limit_;
+    note.used = hits;
+    note.remaining = rate_limit_remaining(limit_, hits);
+    note.reset = reset;
+    note.window = options_.window;
+    note.policy = policy_;
+    note.key = key;
+    note.rejected = rejected;
+    note.retry_after = retry_after;
+    if (options_.headers != rate_limit_headers::none) {
+      const rate_limit_info info{.limit = limit_,
+                                 .used = hits,
+                                 .remaining = note.remaining,
+                                 .reset_in = reset,
+                                 .window = options_.window,
+                                 .key = key,
+                                 .policy_name = policy_};
+      // Legacy headers are absolute: only they need the wall clock.
+      const std::int64_t wall_ms = includes(options_.headers, rate_limit_headers::legacy) ? rt.ctx().wall_time_ms() : 0;
+      const std::string retry_after_seconds = std::to_string(rate_limit_reset_seconds(retry_after));
+      note.headers = rate_limit_header_list(options_.headers, info, wall_ms,
+                                            rejected ? rate_limit_outcome::rejected : rate_limit_outcome::passed,
+                                            std::string_view(retry_after_seconds));
+    }
+    return ex.limit_notes().emplace_back(std::move(note));
+  }
+
+  nlohmann::json fields(const exchange& ex, const route_runtime& rt, const std::string& key, bool overflow,
+                        const limit_note& note) const {
+    auto j = identity(ex, rt, options_.label);
+    if (options_.key) j["key"] = key;
+    if (overflow) j["overflow"] = true;  // counted in the shared window: the key table was full
+    j["hits"] = note.used;
+    j["limit"] = note.limit;
+    j["remaining"] = note.remaining;
+    j["resetMs"] = to_ms(note.reset);
+    return j;
+  }
+
+  error refusal(const limit_note& note) const {
+    std::string msg = fmt::format("rate_limit refused the exchange: limit of {} per {} reached", limit_,
+                                  ms_text(options_.window));
+    if (options_.key) msg += fmt::format(" for key \"{}\"", note.key);
+    msg += fmt::format(" (hit {}). Retry after ~{}ms.", note.used,
+                       static_cast<long long>(std::ceil(to_ms(note.retry_after))));
+    auto headers = nlohmann::json::array();
+    for (const auto& [name, value] : note.headers) headers.push_back({name, value});
+    nlohmann::json details = {{"gate", "rateLimit"},
+                              {"status", options_.status},
+                              {"message", options_.message},
+                              {"limit", note.limit},
+                              {"used", note.used},
+                              {"remaining", note.remaining},
+                              {"reset", rate_limit_reset_seconds(note.reset)},
+                              {"reset_ms", to_ms(note.reset)},
+                              {"retry_after", rate_limit_reset_seconds(note.retry_after)},
+                              {"retry_after_ms", to_ms(note.retry_after)},
+                              {"policy", policy_},
+                              {"headers", std::move(headers)}};
+    if (options_.key) details["key"] = note.key;
+    if (!options_.label.empty()) details["label"] = options_.label;
+    return error(errc::rate_limited, std::move(msg), true, nullptr, std::move(details));
+  }
+
+  rate_limit_options options_;
+  std::uint64_t limit_;
+  std::string policy_;
+  mutable std::mutex mutex_;  // the counters: routes may run on several threads
+  detail::keyed_windows<Counter> windows_;
+};
+
+}  // namespace
+
+std::unique_ptr<step> make_rate_limit(rate_limit_options options, std::unique_ptr<step> inner, scope s) {
+  options.validate();
+  if (options.counting == counting::fixed)
+    return std::make_unique<rate_limit_step<fixed_window>>(std::move(options), std::move(inner), s);
+  return std::make_unique<rate_limit_step<sliding_window>>(std::move(options), std::move(inner), s);
+}
+
+}  // namespace rc

@@ -1,0 +1,915 @@
+// HTTP source and client (issue 4), on 127.0.0.1 with ephemeral ports, in real time. Requests are
+// written with plain sockets so a test controls every byte (slow clients, oversized headers,
+// disconnects); every wait is bounded.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <rc/rc.hpp>
+
+#include "support/dsl_support.hpp"
+
+using namespace std::chrono_literals;
+using rc::test::event_recorder;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct reply {
+  int status = 0;
+  rc::http_headers headers;
+  std::string body;
+  const std::string* header(std::string_view name) const { return rc::find_http_header(headers, name); }
+  nlohmann::json json() const { return nlohmann::json::parse(body); }
+};
+
+/// A client on a plain socket: what it sends is exactly what the test wrote.
+class raw_client {
+ public:
+  explicit raw_client(std::uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  }
+  raw_client(const raw_client&) = delete;
+  raw_client& operator=(const raw_client&) = delete;
+  ~raw_client() { close(); }
+
+  void send(std::string_view data) {
+    while (!data.empty()) {
+      const auto n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n <= 0) return;  // the server closed: the test reads what it said
+      data.remove_prefix(static_cast<std::size_t>(n));
+    }
+  }
+
+  /// One response, or nothing when the connection closes or `timeout` passes first.
+  std::optional<reply> read(std::chrono::milliseconds timeout = 5000ms, bool head = false) {
+    const auto until = clock_type::now() + timeout;
+    for (;;) {
+      if (auto r = take(head)) return r;
+      if (!fill(until)) return std::nullopt;
+    }
+  }
+
+  /// True when the server closes the connection within `timeout` (anything it sends is skipped).
+  bool closed_within(std::chrono::milliseconds timeout) {
+    const auto until = clock_type::now() + timeout;
+    while (fill(until)) buffer_.clear();
+    return eof_;
+  }
+
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  std::string& buffered() { return buffer_; }
+
+ private:
+  bool fill(clock_type::time_point until) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - clock_type::now()).count();
+    if (left <= 0 || eof_) return false;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left)) <= 0) return false;
+    char chunk[16384];
+    const auto n = ::recv(fd_, chunk, sizeof chunk, 0);
+    if (n <= 0) {
+      eof_ = true;
+      return false;
+    }
+    buffer_.append(chunk, static_cast<std::size_t>(n));
+    return true;
+  }
+
+  std::optional<reply> take(bool head) {
+    const auto end = buffer_.find("\r\n\r\n");
+    if (end == std::string::npos) return std::nullopt;
+    reply r;
+    std::string_view head_text(buffer_.data(), end);
+    const auto line_end = head_text.find("\r\n");
+    const std::string_view status_line = head_text.substr(0, line_end);
+    r.status = std::stoi(std::string(status_line.substr(9, 3)));
+    std::string_view rest = line_end == std::string_view::npos ? std::string_view{} : head_text.substr(line_end + 2);
+    while (!rest.empty()) {
+      const auto e = rest.find("\r\n");
+      const auto line = rest.substr(0, e);
+      const auto colon = line.find(':');
+      std::string_view value = line.substr(colon + 1);
+      while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+      r.headers.emplace_back(std::string(line.substr(0, colon)), std::string(value));
+      rest = e == std::string_view::npos ? std::string_view{} : rest.substr(e + 2);
+    }
+    std::size_t length = 0;
+    if (const auto* cl = r.header("Content-Length"); cl && !head) length = std::stoul(*cl);
+    if (buffer_.size() < end + 4 + length) return std::nullopt;
+    r.body = buffer_.substr(end + 4, length);
+    buffer_.erase(0, end + 4 + length);
+    return r;
+  }
+
+  int fd_ = -1;
+  std::string buffer_;
+  bool eof_ = false;
+};
+
+std::string get(std::string_view target, std::string_view extra = {}) {
+  return fmt::format("GET {} HTTP/1.1\r\nHost: test\r\n{}\r\n", target, extra);
+}
+
+std::string post(std::string_view target, std::string_view body, std::string_view type = "application/json",
+                 std::string_view extra = {}) {
+  return fmt::format("POST {} HTTP/1.1\r\nHost: test\r\nContent-Type: {}\r\nContent-Length: {}\r\n{}\r\n{}", target,
+                     type, body.size(), extra, body);
+}
+
+/// One request on a fresh connection.
+reply request(std::uint16_t port, const std::string& raw, std::chrono::milliseconds timeout = 5000ms) {
+  raw_client c(port);
+  c.send(raw);
+  auto r = c.read(timeout);
+  REQUIRE(r.has_value());
+  return *r;
+}
+
+rc::context_options quick_stop() { return {.shutdown_timeout = 3s}; }
+
+/// Starts the context and stops it at the end of the scope.
+struct running {
+  rc::context& ctx;
+  explicit running(rc::context& c) : ctx(c) { ctx.start(); }
+  ~running() { ctx.stop(); }
+};
+
+double elapsed_ms(clock_type::time_point since) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - since).count();
+}
+
+}  // namespace
+
+// ---- routing and the response body ------------------------------------------------------------
+
+TEST_CASE("http: routes on one server are chosen by method and path, and the final body is the response") {
+  rc::context ctx(quick_stop());
+  auto hello = rc::http_source({.path = "/hello"});
+  ctx.add(rc::craft().id("hello").from(hello).transform([](rc::http_request r) {
+    return "hello " + r.query_param("name").value_or("nobody");
+  }));
+  const auto port_of = [&] { return hello.port(); };
+  ctx.add(rc::craft().id("create").from(rc::http_source({.path = "/items", .method = "POST"})).transform(
+      [](rc::http_request r, rc::exchange& ex) {
+        rc::set_http_status(ex, 201);
+        return nlohmann::json{{"created", r.json.value_or(nullptr)}};
+      }));
+  ctx.add(rc::craft().id("item").from(rc::http_source({.path = "/items/:id"})).transform([](rc::http_request r) {
+    return nlohmann::json{{"id", r.param("id")}};
+  }));
+  ctx.add(rc::craft().id("files").from(rc::http_source({.path = "/files/*"})).transform([](rc::http_request r) {
+    return r.param("*");
+  }));
+  ctx.add(rc::craft().id("teapot").from(rc::http_source({.path = "/teapot", .method = "*"})).transform(
+      [](rc::http_request) { return rc::text_response("short and stout", 418); }));
+  running run(ctx);
+  const auto port = port_of();
+
+  auto r = request(port, get("/hello?name=Ada%20L"));
+  CHECK(r.status == 200);
+  CHECK(r.body == "hello Ada L");
+  CHECK(*r.header("Content-Type") == "text/plain; charset=utf-8");
+  CHECK(r.header("Date") != nullptr);
+
+  r = request(port, post("/items", R"({"name":"widget"})"));
+  CHECK(r.status == 201);
+  CHECK(r.json() == nlohmann::json{{"created", {{"name", "widget"}}}});
+  CHECK(*r.header("Content-Type") == "application/json");
+
+  r = request(port, get("/items/42"));
+  CHECK(r.status == 200);
+  CHECK(r.json()["id"] == "42");
+
+  r = request(port, get("/files/a/b%20c.txt"));
+  CHECK(r.body == "a/b c.txt");
+
+  r = request(port, "DELETE /teapot HTTP/1.1\r\nHost: t\r\n\r\n");
+  CHECK(r.status == 418);
+  CHECK(r.body == "short and stout");
+
+  r = request(port, get("/nowhere"));
+  CHECK(r.status == 404);
+  CHECK(r.json()["code"] == "not_found");
+
+  r = request(port, "PUT /hello HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+  CHECK(r.status == 405);
+  CHECK(*r.header("Allow") == "GET, HEAD");
+}
+
+TEST_CASE("http: a GET route answers HEAD with the headers and no body") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/doc"});
+  ctx.add(rc::craft().id("doc").from(src).transform([](rc::http_request) { return std::string("twelve bytes"); }));
+  running run(ctx);
+  raw_client c(src.port());
+  c.send("HEAD /doc HTTP/1.1\r\nHost: t\r\n\r\n");
+  auto r = c.read(5000ms, true);
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(*r->header("Content-Length") == "12");
+  c.send(get("/doc"));  // nothing of the HEAD response's body is on the wire before this one
+  r = c.read();
+  REQUIRE(r);
+  CHECK(r->body == "twelve bytes");
+}
+
+TEST_CASE("http: a body of another type is JSON, and an unchanged request, a drop or null is 204") {
+  struct point {
+    int x, y;
+  };
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/p"});
+  ctx.add(rc::craft().id("p").from(src).transform([](rc::http_request) {
+    return std::map<std::string, int>{{"x", 1}, {"y", 2}};
+  }));
+  ctx.add(rc::craft().id("same").from(rc::http_source({.path = "/same"})).to(rc::noop()));
+  ctx.add(rc::craft().id("drop").from(rc::http_source({.path = "/drop"})).filter([](const rc::http_request&) {
+    return false;
+  }));
+  running run(ctx);
+  const auto port = src.port();
+  auto r = request(port, get("/p"));
+  CHECK(r.json() == nlohmann::json{{"x", 1}, {"y", 2}});
+  CHECK(request(port, get("/same")).status == 204);
+  r = request(port, get("/drop"));
+  CHECK(r.status == 204);
+  CHECK(r.body.empty());
+}
+
+TEST_CASE("http: the request carries method, target, query, headers, JSON body and the peer") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/echo", .method = "POST"});
+  ctx.add(rc::craft().id("echo").from(src).transform([](rc::http_request r, rc::exchange& ex) {
+    return nlohmann::json{{"method", r.method},
+                          {"target", r.target},
+                          {"path", r.path},
+                          {"query", r.query},
+                          {"x", *r.header("x-custom")},
+                          {"json", r.json.value_or(nullptr)},
+                          {"body", r.body},
+                          {"peer", r.peer},
+                          {"client", r.client},
+                          {"key", ex.header_or(rc::client_header, "")}};
+  }));
+  running run(ctx);
+  const auto r = request(src.port(), post("/echo?a=1&b=two", R"({"n": 7})", "application/json; charset=utf-8",
+                                          "X-Custom: yes\r\n"));
+  REQUIRE(r.status == 200);
+  const auto j = r.json();
+  CHECK(j["method"] == "POST");
+  CHECK(j["target"] == "/echo?a=1&b=two");
+  CHECK(j["path"] == "/echo");
+  CHECK(j["query"] == "a=1&b=two");
+  CHECK(j["x"] == "yes");
+  CHECK(j["json"] == nlohmann::json{{"n", 7}});
+  CHECK(j["body"] == R"({"n": 7})");
+  CHECK(j["peer"] == "127.0.0.1");
+  CHECK(j["client"] == "127.0.0.1");
+  CHECK(j["key"] == "127.0.0.1");
+}
+
+TEST_CASE("http: two sources on the same port share one server, and different server options refuse to start") {
+  rc::context ctx(quick_stop());
+  auto a = rc::http_source({.path = "/a"});
+  ctx.add(rc::craft().id("a").from(a).transform([](rc::http_request) { return std::string("A"); }));
+  running run(ctx);
+  const auto port = a.port();
+  auto b = rc::http_source({.port = port, .path = "/b"});
+  ctx.add(rc::craft().id("b").from(b).transform([](rc::http_request) { return std::string("B"); }));
+  CHECK(b.port() == port);
+  CHECK(request(port, get("/a")).body == "A");
+  CHECK(request(port, get("/b")).body == "B");
+
+  auto c = rc::http_source({.port = port, .path = "/c", .server = {.max_body_bytes = 10}});
+  ctx.add(rc::craft().id("c").from(c).to(rc::noop()));
+  CHECK_THROWS_AS(c.port(), rc::error);
+}
+
+// ---- keep-alive -------------------------------------------------------------------------------
+
+TEST_CASE("http: keep-alive serves several requests on one connection, pipelined ones in order") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/n/:n"});
+  ctx.add(rc::craft().id("n").from(src).transform([](rc::http_request r) {
+    return nlohmann::json{{"n", r.param("n")}, {"port", r.peer_port}};
+  }));
+  running run(ctx);
+  raw_client c(src.port());
+  c.send(get("/n/1"));
+  const auto first = c.read();
+  REQUIRE(first);
+  CHECK(first->header("Connection") == nullptr);
+  c.send(get("/n/2"));
+  const auto second = c.read();
+  REQUIRE(second);
+  CHECK(second->json()["n"] == "2");
+  CHECK(second->json()["port"] == first->json()["port"]);
+  c.send(get("/n/3") + get("/n/4") + get("/n/5"));
+  for (const char* n : {"3", "4", "5"}) {
+    const auto r = c.read();
+    REQUIRE(r);
+    CHECK(r->json()["n"] == n);
+  }
+  c.send(get("/n/6", "Connection: close\r\n"));
+  const auto last = c.read();
+  REQUIRE(last);
+  INFO(last->body);
+  REQUIRE(last->header("Connection"));
+  CHECK(*last->header("Connection") == "close");
+  CHECK(c.closed_within(2000ms));
+}
+
+TEST_CASE("http: HTTP/1.0 closes after the response unless it asks for keep-alive") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/"});
+  ctx.add(rc::craft().id("root").from(src).transform([](rc::http_request) { return std::string("ok"); }));
+  running run(ctx);
+  {
+    raw_client c(src.port());
+    c.send("GET / HTTP/1.0\r\n\r\n");
+    REQUIRE(c.read());
+    CHECK(c.closed_within(2000ms));
+  }
+  raw_client c(src.port());
+  c.send("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  auto r = c.read();
+  REQUIRE(r);
+  REQUIRE(r->header("Connection"));
+  CHECK(*r->header("Connection") == "keep-alive");
+  c.send("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  CHECK(c.read());
+}
+
+TEST_CASE("http: Expect 100-continue gets its interim response before the body is sent") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/up", .method = "POST"});
+  ctx.add(rc::craft().id("up").from(src).transform([](rc::http_request r) { return std::to_string(r.body.size()); }));
+  running run(ctx);
+  raw_client c(src.port());
+  c.send("POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+  auto interim = c.read();
+  REQUIRE(interim);
+  CHECK(interim->status == 100);
+  c.send("hello");
+  auto r = c.read();
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(r->body == "5");
+}
+
+// ---- errors to statuses -------------------------------------------------------------------------
+
+TEST_CASE("http: a throttle refusal is 429 with Retry-After in whole seconds, rounded up") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/t"});
+  ctx.add(rc::craft().id("t").throttle({.rate = 1, .per = rc::per::minute, .mode = rc::throttle_mode::reject}).from(src).transform(
+      [](rc::http_request) { return std::string("in"); }));
+  running run(ctx);
+  CHECK(request(src.port(), get("/t")).status == 200);
+  const auto r = request(src.port(), get("/t"));
+  CHECK(r.status == 429);
+  REQUIRE(r.header("Retry-After"));
+  const int seconds = std::stoi(*r.header("Retry-After"));
+  CHECK(seconds >= 59);
+  CHECK(seconds <= 60);
+  CHECK(r.json()["code"] == "RC5013");
+}
+
+TEST_CASE("http: rate_limit headers (draft-6, draft-7, draft-8) on every response, and 429 with Retry-After") {
+  struct mode_case {
+    rc::rate_limit_headers mode;
+    std::vector<std::string> names;
+  };
+  const auto c = GENERATE(mode_case{rc::rate_limit_headers::draft_6,
+                                    {"RateLimit-Policy", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}},
+                          mode_case{rc::rate_limit_headers::draft_7, {"RateLimit-Policy", "RateLimit"}},
+                          mode_case{rc::rate_limit_headers::draft_8, {"RateLimit", "RateLimit-Policy"}});
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/r"});
+  ctx.add(rc::craft()
+              .id("r")
+              .rate_limit({.limit = 2, .window = 30s, .key = rc::by_client(), .headers = c.mode})
+              .from(src)
+              .transform([](rc::http_request r) -> std::string {
+                if (r.query_param("fail")) throw std::runtime_error("secret database password in here");
+                return "ok";
+              }));
+  running run(ctx);
+  const auto port = src.port();
+  auto first = request(port, get("/r"));
+  CHECK(first.status == 200);
+  for (const auto& n : c.names) CHECK(first.header(n) != nullptr);
+  CHECK(first.header("Retry-After") == nullptr);
+  if (c.mode == rc::rate_limit_headers::draft_7) CHECK(*first.header("RateLimit") == "limit=2, remaining=1, reset=30");
+  if (c.mode == rc::rate_limit_headers::draft_6) CHECK(*first.header("RateLimit-Policy") == "2;w=30");
+  if (c.mode == rc::rate_limit_headers::draft_8) {
+    CHECK(*first.header("RateLimit") == "\"2-in-30sec\"; r=1; t=30");
+    CHECK(*first.header("RateLimit-Policy") == "\"2-in-30sec\"; q=2; w=30; pk=:MTJjYTE3YjQ5YWYy:");
+  }
+
+  // A failure downstream is a 500 that still carries the limiter's headers, and no internals.
+  auto failed = request(port, get("/r?fail=1"));
+  CHECK(failed.status == 500);
+  for (const auto& n : c.names) CHECK(failed.header(n) != nullptr);
+  CHECK(failed.json() == nlohmann::json{{"code", "RC5001"}, {"message", "Internal Server Error"}});
+  CHECK(failed.body.find("secret") == std::string::npos);
+
+  auto refused = request(port, get("/r"));
+  CHECK(refused.status == 429);
+  for (const auto& n : c.names) CHECK(refused.header(n) != nullptr);
+  REQUIRE(refused.header("Retry-After"));
+  CHECK(std::stoi(*refused.header("Retry-After")) >= 29);
+  CHECK(refused.body == "Too many requests, please try again later.");
+  std::size_t rate_limit_lines = 0;
+  for (const auto& [k, v] : refused.headers) rate_limit_lines += k == "RateLimit" ? 1 : 0;
+  CHECK(rate_limit_lines <= 1);  // the note and the refusal carry the same header: written once
+}
+
+TEST_CASE("http: a refusal's status and message come from the rate_limit options") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/r"});
+  ctx.add(rc::craft()
+              .id("r")
+              .rate_limit({.limit = 0, .window = 10s, .message = "slow down, friend", .status = 503,
+                           .headers = rc::rate_limit_headers::draft_7})
+              .from(src)
+              .to(rc::noop()));
+  running run(ctx);
+  const auto r = request(src.port(), get("/r"));
+  CHECK(r.status == 503);
+  CHECK(r.body == "slow down, friend");
+  REQUIRE(r.header("Retry-After"));
+  CHECK(r.header("RateLimit") != nullptr);
+}
+
+TEST_CASE("http: a body that is not valid JSON and a validation error are 400, other failures 500") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/v", .method = "POST"});
+  ctx.add(rc::craft().id("v").from(src).transform([](rc::http_request r) -> std::string {
+    if (!r.json || !r.json->contains("name")) throw rc::error(rc::errc::validation, "name is required");
+    if ((*r.json)["name"] == "boom") throw std::logic_error("std::vector out of range at 0x7fff");
+    return "fine";
+  }));
+  running run(ctx);
+  const auto port = src.port();
+  auto r = request(port, post("/v", "{not json"));
+  CHECK(r.status == 400);
+  CHECK(r.json()["code"] == "RC5002");
+  r = request(port, post("/v", R"({"other":1})"));
+  CHECK(r.status == 400);
+  CHECK(r.json() == nlohmann::json{{"code", "RC5002"}, {"message", "name is required"}});
+  r = request(port, post("/v", R"({"name":"boom"})"));
+  CHECK(r.status == 500);
+  CHECK(r.body.find("vector") == std::string::npos);
+  CHECK(request(port, post("/v", R"({"name":"x"})")).body == "fine");
+}
+
+TEST_CASE("http: status and headers are settable from the pipeline, and rc::http_response is sent as given") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/s"});
+  ctx.add(rc::craft()
+              .id("s")
+              .from(src)
+              .process([](rc::exchange& ex) {
+                rc::set_http_header(ex, "X-Trace", "abc");
+                rc::set_http_status(ex, 202);
+              })
+              .transform([](rc::http_request) { return std::string("queued"); }));
+  ctx.add(rc::craft().id("raw").from(rc::http_source({.path = "/raw"})).transform([](rc::http_request) {
+    rc::http_response res;
+    res.status = 301;
+    res.headers = {{"Location", "/elsewhere"}, {"Content-Length", "999"}, {"X-Bad\r\nInjected", "x"}};
+    res.body = "moved";
+    return res;
+  }));
+  running run(ctx);
+  auto r = request(src.port(), get("/s"));
+  CHECK(r.status == 202);
+  CHECK(*r.header("X-Trace") == "abc");
+  CHECK(r.body == "queued");
+  r = request(src.port(), get("/raw"));
+  CHECK(r.status == 301);
+  CHECK(*r.header("Location") == "/elsewhere");
+  CHECK(*r.header("Content-Length") == "5");
+  CHECK(r.header("Injected") == nullptr);
+}
+
+TEST_CASE("http: a response not ready within response_timeout is 503 and the exchange's wait ends") {
+  rc::context ctx(quick_stop());
+  event_recorder dropped(ctx, "route:exchange:dropped");
+  auto src = rc::http_source({.path = "/slow", .response_timeout = 200ms});
+  ctx.add(rc::craft().id("slow").throttle({.rate = 1, .per = rc::per::minute, .burst = 1}).from(src).to(rc::noop()));
+  running run(ctx);
+  CHECK(request(src.port(), get("/slow")).status == 204);
+  const auto started = clock_type::now();
+  const auto r = request(src.port(), get("/slow"));
+  CHECK(r.status == 503);
+  CHECK(r.json()["code"] == "RC5011");
+  CHECK(elapsed_ms(started) < 1500);
+  for (int i = 0; i < 100 && dropped.count("route:exchange:dropped") == 0; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(dropped.count("route:exchange:dropped") == 1);
+}
+
+// ---- limits -------------------------------------------------------------------------------------
+
+TEST_CASE("http: oversized headers are 431, an oversized body 413, and the connection closes") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/u", .method = "POST", .server = {.max_header_bytes = 1024, .max_body_bytes = 100}});
+  ctx.add(rc::craft().id("u").from(src).transform([](rc::http_request r) { return std::to_string(r.body.size()); }));
+  running run(ctx);
+  const auto port = src.port();
+  {
+    raw_client c(port);
+    c.send(get("/u", "X-Big: " + std::string(2000, 'a') + "\r\n"));
+    const auto r = c.read();
+    REQUIRE(r);
+    CHECK(r->status == 431);
+    CHECK(*r->header("Connection") == "close");
+    CHECK(c.closed_within(3000ms));
+  }
+  {
+    raw_client c(port);
+    c.send(post("/u", std::string(500, 'b'), "text/plain"));
+    const auto r = c.read();
+    REQUIRE(r);
+    CHECK(r->status == 413);
+    CHECK(c.closed_within(3000ms));
+  }
+  {  // chunked: the limit holds without a Content-Length too
+    raw_client c(port);
+    c.send("POST /u HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+    for (int i = 0; i < 3; ++i) c.send("40\r\n" + std::string(64, 'c') + "\r\n");
+    const auto r = c.read();
+    REQUIRE(r);
+    CHECK(r->status == 413);
+  }
+  CHECK(request(port, post("/u", std::string(100, 'd'), "text/plain")).body == "100");
+  CHECK(request(port, "BREW /u HTTP/1.1\r\nHost t\r\n\r\n").status == 400);
+}
+
+TEST_CASE("http: a request trickling in slower than read_timeout is 408 (slowloris)") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/", .server = {.read_timeout = 300ms}});
+  ctx.add(rc::craft().id("root").from(src).transform([](rc::http_request) { return std::string("ok"); }));
+  running run(ctx);
+  raw_client c(src.port());
+  const auto started = clock_type::now();
+  // One header line every 100 ms: each byte is "recent", but the request never completes.
+  c.send("GET / HTTP/1.1\r\n");
+  std::optional<reply> r;
+  for (int i = 0; i < 20 && !r; ++i) {
+    c.send(fmt::format("X-Slow-{}: 1\r\n", i));
+    r = c.read(100ms);
+  }
+  REQUIRE(r);
+  CHECK(r->status == 408);
+  CHECK(elapsed_ms(started) < 1000);
+  CHECK(c.closed_within(3000ms));
+}
+
+TEST_CASE("http: an idle keep-alive connection is closed after idle_timeout") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/", .server = {.idle_timeout = 200ms}});
+  ctx.add(rc::craft().id("root").from(src).transform([](rc::http_request) { return std::string("ok"); }));
+  running run(ctx);
+  raw_client c(src.port());
+  c.send(get("/"));
+  REQUIRE(c.read());
+  const auto started = clock_type::now();
+  CHECK(c.closed_within(2000ms));
+  CHECK(elapsed_ms(started) >= 150);
+  CHECK(elapsed_ms(started) < 1500);
+}
+
+TEST_CASE("http: connections beyond max_connections are turned away with 503") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/", .server = {.max_connections = 2}});
+  ctx.add(rc::craft().id("root").from(src).transform([](rc::http_request) { return std::string("ok"); }));
+  running run(ctx);
+  raw_client a(src.port()), b(src.port());
+  a.send(get("/"));
+  b.send(get("/"));
+  REQUIRE(a.read());
+  REQUIRE(b.read());
+  {
+    raw_client c(src.port());
+    c.send(get("/"));
+    const auto r = c.read();
+    REQUIRE(r);
+    CHECK(r->status == 503);
+    CHECK(c.closed_within(3000ms));
+  }
+  a.close();
+  std::optional<reply> r;
+  for (int i = 0; i < 50; ++i) {  // the slot frees once the server has seen a's close
+    raw_client d(src.port());
+    d.send(get("/"));
+    r = d.read();
+    if (r && r->status == 200) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(r);
+  CHECK(r->status == 200);
+}
+
+// ---- clients that go away -----------------------------------------------------------------------
+
+TEST_CASE("http: a client leaving while it waits in a throttle is dropped as client-gone and gives its slot back") {
+  rc::context ctx(quick_stop());
+  event_recorder dropped(ctx, "route:exchange:dropped");
+  auto src = rc::http_source({.path = "/q"});
+  // One admission every 400 ms.
+  ctx.add(rc::craft().id("q").throttle({.rate = 2.5, .burst = 1}).from(src).transform([](rc::http_request) {
+    return std::string("served");
+  }));
+  running run(ctx);
+  const auto port = src.port();
+  CHECK(request(port, get("/q")).body == "served");  // takes the token at t0
+
+  // Five impatient clients queue (slots t0+400 .. t0+2000) and leave.
+  std::vector<std::unique_ptr<raw_client>> crowd;
+  for (int i = 0; i < 5; ++i) {
+    crowd.push_back(std::make_unique<raw_client>(port));
+    crowd.back()->send(get("/q"));
+  }
+  std::this_thread::sleep_for(100ms);
+  crowd.clear();
+  for (int i = 0; i < 100 && dropped.count("route:exchange:dropped") < 5; ++i) std::this_thread::sleep_for(10ms);
+  const auto drops = dropped.named("route:exchange:dropped");
+  REQUIRE(drops.size() == 5);
+  for (const auto& d : drops) CHECK(d.details["reason"] == "client-gone");
+
+  // A patient client now gets the first free slot (t0+400), not the sixth (t0+2400).
+  const auto started = clock_type::now();
+  const auto r = request(port, get("/q"), 5000ms);
+  CHECK(r.body == "served");
+  CHECK(elapsed_ms(started) < 1000);
+}
+
+TEST_CASE("http: a client leaving during a slow_down delay ends the exchange as client-gone") {
+  rc::context ctx(quick_stop());
+  event_recorder events(ctx);
+  auto src = rc::http_source({.path = "/s"});
+  std::atomic<int> served{0};
+  ctx.add(rc::craft()
+              .id("s")
+              .slow_down({.window = 10s, .delay_after = 1, .delay = 5s, .key = rc::by_client()})
+              .from(src)
+              .transform([&](rc::http_request) {
+                ++served;
+                return std::string("ok");
+              }));
+  running run(ctx);
+  CHECK(request(src.port(), get("/s")).status == 200);
+  {
+    raw_client c(src.port());
+    c.send(get("/s"));
+    std::this_thread::sleep_for(100ms);
+  }
+  for (int i = 0; i < 100 && events.count("route:exchange:dropped") == 0; ++i) std::this_thread::sleep_for(10ms);
+  const auto drops = events.named("route:exchange:dropped");
+  REQUIRE(drops.size() == 1);
+  CHECK(drops[0].details["reason"] == "client-gone");
+  CHECK(served == 1);
+}
+
+// ---- client identity ----------------------------------------------------------------------------
+
+TEST_CASE("http: X-Forwarded-For is ignored unless the peer is a trusted proxy") {
+  const auto who = [](rc::http_server_options server, std::string_view extra) {
+    rc::context ctx(quick_stop());
+    auto src = rc::http_source({.path = "/who", .server = std::move(server)});
+    ctx.add(rc::craft().id("who").from(src).transform([](rc::http_request r, rc::exchange& ex) {
+      return nlohmann::json{{"client", r.client}, {"key", ex.header_or(rc::client_header, "")}};
+    }));
+    running run(ctx);
+    return request(src.port(), get("/who", extra)).json();
+  };
+  // Not trusted: the header is the client's word, and the client's word is not taken.
+  CHECK(who({}, "X-Forwarded-For: 203.0.113.9\r\n")["client"] == "127.0.0.1");
+  CHECK(who({.trusted_proxies = {"10.0.0.0/8"}}, "X-Forwarded-For: 203.0.113.9\r\n")["client"] == "127.0.0.1");
+  // Trusted: the right-most address that is not a trusted proxy.
+  CHECK(who({.trusted_proxies = {"127.0.0.1"}}, "X-Forwarded-For: 203.0.113.9\r\n")["client"] == "203.0.113.9");
+  CHECK(who({.trusted_proxies = {"loopback", "10.0.0.0/8"}}, "X-Forwarded-For: 6.6.6.6, 203.0.113.9, 10.1.2.3\r\n")["client"] ==
+        "203.0.113.9");
+  // IPv6 clients share a key per /56.
+  const auto v6 = who({.trusted_proxies = {"loopback"}}, "X-Forwarded-For: 2001:db8:1:2::5\r\n");
+  CHECK(v6["client"] == "2001:db8:1:2::5");
+  CHECK(v6["key"] == "2001:db8:1::/56");
+  // Forwarded (RFC 7239) when configured; X-Forwarded-For then means nothing.
+  const rc::http_server_options fwd{.trusted_proxies = {"loopback"}, .forwarded_header = rc::proxy_header::forwarded};
+  CHECK(who(fwd, "Forwarded: for=198.51.100.17;proto=http, for=\"[2001:db8::9]:4711\"\r\n")["client"] == "2001:db8::9");
+  CHECK(who(fwd, "X-Forwarded-For: 203.0.113.9\r\n")["client"] == "127.0.0.1");
+}
+
+TEST_CASE("http: resolve_http_client walks trusted hops, maps IPv4-mapped addresses and groups IPv6") {
+  const rc::http_server_options o{.trusted_proxies = {"private", "loopback"}, .ipv6_prefix = 48};
+  CHECK(rc::resolve_http_client("::ffff:127.0.0.1", {}, o).address == "127.0.0.1");
+  auto id = rc::resolve_http_client("10.0.0.1", {{"x-forwarded-for", "2001:db8:aa:bb::1, 192.168.1.1"}}, o);
+  CHECK(id.address == "2001:db8:aa:bb::1");
+  CHECK(id.key == "2001:db8:aa::/48");
+  id = rc::resolve_http_client("10.0.0.1", {{"X-Forwarded-For", "garbage, 192.168.1.1"}}, o);
+  CHECK(id.address == "192.168.1.1");  // an unreadable hop: the last one we can vouch for
+  id = rc::resolve_http_client("203.0.113.1", {{"X-Forwarded-For", "10.9.9.9"}}, o);
+  CHECK(id.address == "203.0.113.1");
+  CHECK_THROWS_AS(rc::http_source({.server = {.trusted_proxies = {"10.0.0.0/33"}}}), rc::error);
+}
+
+TEST_CASE("http: a per-client rate limit cannot be escaped by sending X-Forwarded-For") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/l"});
+  ctx.add(rc::craft()
+              .id("l")
+              .rate_limit({.limit = 2, .window = 30s, .key = rc::by_client()})
+              .from(src)
+              .transform([](rc::http_request) { return std::string("ok"); }));
+  running run(ctx);
+  std::vector<int> statuses;
+  for (const char* spoof : {"1.1.1.1", "2.2.2.2", "3.3.3.3", "4.4.4.4"})
+    statuses.push_back(request(src.port(), get("/l", fmt::format("X-Forwarded-For: {}\r\n", spoof))).status);
+  CHECK(statuses == std::vector<int>{200, 200, 429, 429});
+}
+
+// ---- the client ---------------------------------------------------------------------------------
+
+TEST_CASE("http client: calls keep one pooled connection per host, JSON in and JSON out") {
+  rc::context ctx(quick_stop());
+  auto api = rc::http_source({.path = "/sum", .method = "POST"});
+  ctx.add(rc::craft().id("sum").from(api).transform([](rc::http_request r) {
+    return nlohmann::json{{"sum", (*r.json)["a"].get<int>() + (*r.json)["b"].get<int>()}, {"port", r.peer_port}};
+  }));
+  running run(ctx);
+  const auto port = api.port();
+  rc::spy<rc::http_response> out;
+  ctx.add(rc::craft()
+              .id("caller")
+              .from(rc::sequence(std::vector<int>{1, 2, 3}))
+              .transform([](int n) { return nlohmann::json{{"a", n}, {"b", 10}}; })
+              .request<rc::http_response>(rc::http({.url = fmt::format("http://127.0.0.1:{}/sum", port), .method = "POST"}))
+              .to(out));
+  ctx.drain();
+  const auto got = out.bodies();
+  REQUIRE(got.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(got[i].status == 200);
+    REQUIRE(got[i].json);
+    CHECK((*got[i].json)["sum"] == 11 + i);
+  }
+  CHECK((*got[0].json)["port"] == (*got[1].json)["port"]);  // the same connection, reused
+  CHECK((*got[1].json)["port"] == (*got[2].json)["port"]);
+}
+
+TEST_CASE("http client: a call slower than its timeout fails with RC5011 and the server sees the caller leave") {
+  rc::context ctx(quick_stop());
+  event_recorder events(ctx);
+  auto api = rc::http_source({.path = "/slow"});
+  // The first call passes; the second would wait a minute in the throttle.
+  ctx.add(rc::craft().id("api").throttle({.rate = 1, .per = rc::per::minute, .burst = 1}).from(api).transform(
+      [](rc::http_request) { return std::string("ok"); }));
+  running run(ctx);
+  rc::spy<rc::http_response> out;
+  ctx.add(rc::craft()
+              .id("calls")
+              .from(rc::sequence(std::vector<int>{1, 2}))
+              .request<rc::http_response>(
+                  rc::http({.url = fmt::format("http://127.0.0.1:{}/slow", api.port()), .timeout = 300ms}))
+              .to(out));
+  const auto started = clock_type::now();
+  ctx.drain();
+  CHECK(elapsed_ms(started) < 3000);
+  REQUIRE(out.count() == 1);
+  CHECK(out.bodies()[0].body == "ok");
+  const auto failed = events.named("route:exchange:failed");
+  REQUIRE(failed.size() == 1);
+  CHECK(failed[0].details["routeId"] == "calls");
+  CHECK(failed[0].details["error"]["code"] == "RC5011");
+  CHECK(failed[0].details["error"]["retryable"] == true);
+  for (int i = 0; i < 100 && events.count("route:exchange:dropped") == 0; ++i) std::this_thread::sleep_for(10ms);
+  const auto dropped = events.named("route:exchange:dropped");
+  REQUIRE(dropped.size() == 1);
+  CHECK(dropped[0].details["routeId"] == "api");
+  CHECK(dropped[0].details["reason"] == "client-gone");
+}
+
+TEST_CASE("http client: a non-2xx response is an rc::error with the status: 5xx and 429 retryable, 4xx not") {
+  rc::context ctx(quick_stop());
+  event_recorder failed(ctx, "route:exchange:failed");
+  auto api = rc::http_source({.path = "/status/:code"});
+  ctx.add(rc::craft().id("api").from(api).transform([](rc::http_request r) {
+    return rc::text_response("status", std::stoi(r.param("code")));
+  }));
+  running run(ctx);
+  const auto base = fmt::format("http://127.0.0.1:{}/status/", api.port());
+  rc::spy<rc::http_response> ok;
+  ctx.add(rc::craft()
+              .id("calls")
+              .from(rc::sequence(std::vector<std::string>{"404", "503", "429", "200"}))
+              .request<rc::http_response>(
+                  rc::http({.url_from = [base](const rc::exchange& ex) { return base + ex.body<std::string>(); }}))
+              .to(ok));
+  ctx.drain();
+  const auto errors = failed.named("route:exchange:failed");
+  REQUIRE(errors.size() == 3);
+  CHECK(errors[0].details["error"]["details"]["status"] == 404);
+  CHECK(errors[0].details["error"]["retryable"] == false);
+  CHECK(errors[1].details["error"]["details"]["status"] == 503);
+  CHECK(errors[1].details["error"]["retryable"] == true);
+  CHECK(errors[2].details["error"]["details"]["status"] == 429);
+  CHECK(errors[2].details["error"]["retryable"] == true);
+  REQUIRE(ok.count() == 1);
+  CHECK(ok.bodies()[0].status == 200);
+  CHECK(ok.bodies()[0].body == "status");
+}
+
+TEST_CASE("http client: retry waits at least the Retry-After of a 429 before the next attempt") {
+  rc::context ctx(quick_stop());
+  event_recorder retries(ctx, "route:retry:attempt");
+  auto api = rc::http_source({.path = "/once"});
+  std::mutex m;
+  std::vector<clock_type::time_point> hits;
+  ctx.add(rc::craft().id("api").from(api).transform([&](rc::http_request) {
+    std::lock_guard lock(m);
+    hits.push_back(clock_type::now());
+    if (hits.size() == 1) {
+      auto r = rc::text_response("busy", 429);
+      r.headers.emplace_back("Retry-After", "1");
+      return r;
+    }
+    return rc::text_response("done");
+  }));
+  running run(ctx);
+  rc::spy<rc::http_response> out;
+  ctx.add(rc::craft()
+              .id("caller")
+              .from(rc::simple(1))
+              .retry({.max_attempts = 3, .backoff = 10ms})
+              .request<rc::http_response>(rc::http({.url = fmt::format("http://127.0.0.1:{}/once", api.port())}))
+              .to(out));
+  ctx.drain();
+  REQUIRE(out.count() == 1);
+  CHECK(out.bodies()[0].body == "done");
+  std::lock_guard lock(m);
+  REQUIRE(hits.size() == 2);
+  const double gap = std::chrono::duration<double, std::milli>(hits[1] - hits[0]).count();
+  CHECK(gap >= 990);
+  CHECK(gap < 2500);
+  REQUIRE(retries.count("route:retry:attempt") == 1);
+  CHECK(retries.named("route:retry:attempt")[0].details["backoffMs"].get<double>() >= 1000);
+}
+
+TEST_CASE("http client: a refused connection is RC5010 (retryable) and a bad URL is RC5003 at build time") {
+  CHECK_THROWS_AS(rc::http({.url = "https://example.test/"}), rc::error);
+  CHECK_THROWS_AS(rc::http({.url = "ftp://x"}), rc::error);
+  // A port nobody listens on: bind one, close it, call it.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int port = ntohs(a.sin_port);
+  ::close(fd);
+
+  rc::context ctx(quick_stop());
+  event_recorder failed(ctx, "route:exchange:failed");
+  ctx.add(rc::craft().id("c").from(rc::simple(1)).to(rc::http({.url = fmt::format("http://127.0.0.1:{}/", port)})));
+  running run(ctx);
+  ctx.drain();
+  const auto errors = failed.named("route:exchange:failed");
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0].details["error"]["code"] == "RC5010");
+  CHECK(errors[0].details["error"]["retryable"] == true);
+}
+
+TEST_CASE("http: http_source needs a real-time context") {
+  rc::context ctx(rc::virtual_time);
+  auto src = rc::http_source({.path = "/"});
+  ctx.add(rc::craft().id("v").from(src).to(rc::noop()));
+  ctx.start();
+  ctx.run_until_idle();
+  CHECK_THROWS_AS(src.port(0ms), rc::error);
+  ctx.stop();
+}

@@ -1,0 +1,68 @@
+# Runs rc-sim for ctest. cmake -DRC_SIM=... -DMODE=golden|invalid|repeat -DSCENARIO=... -P run_rc_sim.cmake
+#   golden:  runs with --csv/--json/--svg, compares stdout and the three files with GOLDEN_DIR/NAME.*
+#            (only the extensions in OUTPUTS when given, e.g. -DOUTPUTS=svg; and the SVG with
+#            EXTRA_SVG when given). -DUPDATE=ON rewrites the goldens instead.
+#   invalid: expects exit code 2 and EXPECT (exact text) in stderr.
+#   repeat:  runs twice and requires byte-identical stdout, CSV, JSON and SVG.
+cmake_minimum_required(VERSION 3.25)
+get_filename_component(NAME ${SCENARIO} NAME_WE)
+set(OUT ${OUT_DIR}/${NAME})
+file(MAKE_DIRECTORY ${OUT_DIR})
+
+function(run prefix)
+  execute_process(COMMAND ${RC_SIM} ${SCENARIO} --csv ${prefix}.csv --json ${prefix}.json --svg ${prefix}.svg
+                  OUTPUT_FILE ${prefix}.txt ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "rc-sim ${SCENARIO} exited with ${rc}: ${err}")
+  endif()
+endfunction()
+
+function(same a b)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${a} ${b} RESULT_VARIABLE differ)
+  if(differ)
+    message(FATAL_ERROR "${b} differs from ${a}\n  see: diff -u ${a} ${b}\n"
+                        "  (if the change is intended: cmake --build <build> --target rc_sim_update_goldens)")
+  endif()
+endfunction()
+
+if(NOT OUTPUTS)
+  set(OUTPUTS txt csv json svg)
+endif()
+
+if(MODE STREQUAL "golden")
+  run(${OUT})
+  foreach(ext IN LISTS OUTPUTS)
+    if(UPDATE)
+      file(COPY_FILE ${OUT}.${ext} ${GOLDEN_DIR}/${NAME}.${ext})
+    else()
+      same(${GOLDEN_DIR}/${NAME}.${ext} ${OUT}.${ext})
+    endif()
+  endforeach()
+  if(EXTRA_SVG)
+    if(UPDATE)
+      file(COPY_FILE ${OUT}.svg ${EXTRA_SVG})
+    else()
+      same(${EXTRA_SVG} ${OUT}.svg)
+    endif()
+  endif()
+elseif(MODE STREQUAL "invalid")
+  execute_process(COMMAND ${RC_SIM} ${SCENARIO} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 2)
+    message(FATAL_ERROR "expected exit code 2, got ${rc} (stderr: ${err})")
+  endif()
+  string(FIND "${err}" "${EXPECT}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "stderr does not say\n  ${EXPECT}\nit says\n  ${err}")
+  endif()
+  if(NOT out STREQUAL "")
+    message(FATAL_ERROR "a refused scenario printed a table: ${out}")
+  endif()
+elseif(MODE STREQUAL "repeat")
+  run(${OUT}.first)
+  run(${OUT}.second)
+  foreach(ext txt csv json svg)
+    same(${OUT}.first.${ext} ${OUT}.second.${ext})
+  endforeach()
+else()
+  message(FATAL_ERROR "MODE must be golden, invalid or repeat")
+endif()
