@@ -37,11 +37,16 @@ settings parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
-    if (a == "--port") s.port = static_cast<std::uint16_t>(std::stoi(next()));
-    else if (a == "--threads") s.threads = static_cast<unsigned>(std::stoi(next()));
-    else if (a == "--quiet") s.quiet = true;
-    else if (a == "--for") s.seconds = std::stoi(next());
-    else if (a == "--self-test") s.self_test = true;
+    if (a == "--port")
+      s.port = static_cast<std::uint16_t>(std::stoi(next()));
+    else if (a == "--threads")
+      s.threads = static_cast<unsigned>(std::stoi(next()));
+    else if (a == "--quiet")
+      s.quiet = true;
+    else if (a == "--for")
+      s.seconds = std::stoi(next());
+    else if (a == "--self-test")
+      s.self_test = true;
     else {
       fmt::print(stderr, "usage: api_gateway [--port N] [--threads N] [--quiet] [--for SECONDS] [--self-test]\n");
       std::exit(2);
@@ -82,13 +87,20 @@ rc::http_source_endpoint add_routes(rc::context& ctx, std::uint16_t port) {
                                         .headers = rc::rate_limit_headers::draft_7};
   rc::rate_limit_options strict = generous;
   strict.limit = 10;
-  ctx.add(rc::craft().id("bench-ok").rate_limit(generous).from(rc::http_source({.port = port, .path = "/bench/ok"}))
-              .transform([](rc::http_request) { return nlohmann::json{{"ok", true}}; }));
+  ctx.add(rc::craft()
+              .id("bench-ok")
+              .rate_limit(generous)
+              .from(rc::http_source({.port = port, .path = "/bench/ok"}))
+              .transform([](rc::http_request) {
+                return nlohmann::json{{"ok", true}};
+              }));
   ctx.add(rc::craft()
               .id("bench-limited")
               .rate_limit(strict)
               .from(rc::http_source({.port = port, .path = "/bench/limited"}))
-              .transform([](rc::http_request) { return nlohmann::json{{"ok", true}}; }));
+              .transform([](rc::http_request) {
+                return nlohmann::json{{"ok", true}};
+              }));
   return hello;
 }
 
@@ -128,8 +140,8 @@ int self_test(rc::context& ctx, std::uint16_t port) {
               .id("self-test")
               .from(rc::sequence(std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}))
               .process([](rc::exchange& ex) { ex.set_header("started", now_ms()); })
-              .request<rc::http_response>(rc::http({.url = fmt::format("http://127.0.0.1:{}/api/hello?name=self", port),
-                                                    .throw_on_http_error = false}))
+              .request<rc::http_response>(rc::http(
+                  {.url = fmt::format("http://127.0.0.1:{}/api/hello?name=self", port), .throw_on_http_error = false}))
               .process([&](rc::exchange& ex) {
                 const double started = ex.header("started")->get<double>();
                 std::lock_guard lock(m);

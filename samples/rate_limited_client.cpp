@@ -35,9 +35,12 @@ settings parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
-    if (a == "--url") s.url = next();
-    else if (a == "--rate") s.rate = std::stod(next());
-    else if (a == "--calls") s.calls = std::stoi(next());
+    if (a == "--url")
+      s.url = next();
+    else if (a == "--rate")
+      s.rate = std::stod(next());
+    else if (a == "--calls")
+      s.calls = std::stoi(next());
     else {
       fmt::print(stderr, "usage: rate_limited_client [--url URL] [--rate PER_SECOND] [--calls N]\n");
       std::exit(2);
@@ -77,24 +80,30 @@ int main(int argc, char** argv) {
                              .counting = rc::counting::fixed,
                              .headers = rc::rate_limit_headers::draft_7})
                 .from(items)
-                .transform([](rc::http_request r) { return nlohmann::json{{"item", std::stoi(r.param("id"))}}; }));
+                .transform([](rc::http_request r) {
+                  return nlohmann::json{{"item", std::stoi(r.param("id"))}};
+                }));
     // A refusal's event (with the retry-after the 429 will carry) comes just before the
     // request's completion event, on the same thread.
-    ctx.on("route:rateLimit:rejected", [&](const rc::event& e) {
-      std::lock_guard lock(m);
-      refused_retry_after.push_back(1000.0 * std::ceil(e.details["retryAfterMs"].get<double>() / 1000.0));
-    }).release();
-    ctx.on("plugin:http:request:completed", [&](const rc::event& e) {
-      const auto path = e.details["path"].get<std::string>();
-      const int status = e.details["status"].get<int>();
-      std::lock_guard lock(m);
-      double retry_after = 0;
-      if (status == 429 && !refused_retry_after.empty()) {
-        retry_after = refused_retry_after.front();
-        refused_retry_after.erase(refused_retry_after.begin());
-      }
-      arrivals.push_back({std::stoi(path.substr(path.rfind('/') + 1)), since_start(), status, retry_after});
-    }).release();
+    ctx.on("route:rateLimit:rejected",
+           [&](const rc::event& e) {
+             std::lock_guard lock(m);
+             refused_retry_after.push_back(1000.0 * std::ceil(e.details["retryAfterMs"].get<double>() / 1000.0));
+           })
+        .release();
+    ctx.on("plugin:http:request:completed",
+           [&](const rc::event& e) {
+             const auto path = e.details["path"].get<std::string>();
+             const int status = e.details["status"].get<int>();
+             std::lock_guard lock(m);
+             double retry_after = 0;
+             if (status == 429 && !refused_retry_after.empty()) {
+               retry_after = refused_retry_after.front();
+               refused_retry_after.erase(refused_retry_after.begin());
+             }
+             arrivals.push_back({std::stoi(path.substr(path.rfind('/') + 1)), since_start(), status, retry_after});
+           })
+        .release();
     ctx.start();
     url = fmt::format("http://127.0.0.1:{}/items/", items.port());
   } else {
@@ -106,17 +115,21 @@ int main(int argc, char** argv) {
   std::map<std::string, int> call_of;  // exchange id -> call number
   std::vector<double> sent;            // when each attempt passed the client's throttle
   int retried = 0;
-  ctx.on("route:throttle:passed", [&](const rc::event&) {
-    std::lock_guard lock(m);
-    sent.push_back(since_start());
-  }).release();
-  ctx.on("route:retry:attempt", [&](const rc::event& e) {
-    std::lock_guard lock(m);
-    ++retried;
-    fmt::print("  {:>7.3f}s  call {:<3} refused: {} -> next attempt in {:.0f} ms\n", since_start() / 1000,
-               call_of[e.details["exchangeId"].get<std::string>()], e.details["lastError"]["message"].get<std::string>(),
-               e.details["backoffMs"].get<double>());
-  }).release();
+  ctx.on("route:throttle:passed",
+         [&](const rc::event&) {
+           std::lock_guard lock(m);
+           sent.push_back(since_start());
+         })
+      .release();
+  ctx.on("route:retry:attempt",
+         [&](const rc::event& e) {
+           std::lock_guard lock(m);
+           ++retried;
+           fmt::print("  {:>7.3f}s  call {:<3} refused: {} -> next attempt in {:.0f} ms\n", since_start() / 1000,
+                      call_of[e.details["exchangeId"].get<std::string>()],
+                      e.details["lastError"]["message"].get<std::string>(), e.details["backoffMs"].get<double>());
+         })
+      .release();
 
   std::vector<int> ids(static_cast<std::size_t>(s.calls));
   for (int i = 0; i < s.calls; ++i) ids[static_cast<std::size_t>(i)] = i + 1;
@@ -132,9 +145,10 @@ int main(int argc, char** argv) {
               })
               .retry({.max_attempts = 8, .backoff = 100ms})
               .throttle({.rate = s.rate, .burst = 1})
-              .request<rc::http_response>(rc::http({.url_from = [url, local](const rc::exchange& ex) {
-                                                      return local ? url + std::to_string(ex.body<int>()) : url;
-                                                    },
+              .request<rc::http_response>(rc::http({.url_from =
+                                                        [url, local](const rc::exchange& ex) {
+                                                          return local ? url + std::to_string(ex.body<int>()) : url;
+                                                        },
                                                     .timeout = 10s}))
               .process([&](rc::exchange& ex) {
                 const auto& r = ex.body<rc::http_response>();
@@ -168,8 +182,9 @@ int main(int argc, char** argv) {
     waited = ok ? "yes" : "NO";
   }
   const bool all = succeeded == s.calls;
-  fmt::print("summary: {}/{} calls succeeded, {} attempts sent, {} refused with 429 and retried, never faster than "
-             "{}/s: {}, every retry waited its Retry-After: {}\n",
-             succeeded, s.calls, sent.size(), retried, s.rate, paced ? "yes" : "NO", waited);
+  fmt::print(
+      "summary: {}/{} calls succeeded, {} attempts sent, {} refused with 429 and retried, never faster than "
+      "{}/s: {}, every retry waited its Retry-After: {}\n",
+      succeeded, s.calls, sent.size(), retried, s.rate, paced ? "yes" : "NO", waited);
   return all && paced && waited != "NO" ? 0 : 1;
 }

@@ -5,13 +5,13 @@
 // Prints one line per request: arrival, slow_down hit, delay, the limiter's verdict, when the
 // answer went out, and the response headers. Request 7 shows the "request 7" effect: it arrived
 // within the limit, waited 16 s, and was refused, because request 8 reached the limiter first.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <memory>
+#include <rc/rc.hpp>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
-#include <rc/rc.hpp>
 
 using namespace std::chrono_literals;
 
@@ -81,10 +81,11 @@ int main() {
               .from(scripted(script, answers))
               .slow_down({.window = 10s,
                           .delay_after = 3,
-                          .delay = [](std::uint64_t hits) {
-                            auto n = hits - 3;
-                            return n * n * 1s;
-                          },
+                          .delay =
+                              [](std::uint64_t hits) {
+                                auto n = hits - 3;
+                                return n * n * 1s;
+                              },
                           .max_delay = 20s,
                           .key = rc::by_header("x-client")})
               .rate_limit({.limit = 7,
@@ -97,10 +98,11 @@ int main() {
   ctx.drain();
   ctx.stop();
 
-  fmt::print("slow_down {{10 s window, delay_after 3, (hit - 3)^2 s, max 20 s}} -> rate_limit {{7 per 30 s, "
-             "draft-6}}, per client, virtual time\n");
-  fmt::print("{:>3}  {:>7}  {:>3}  {:>6}  {:<22}  {:>8}  {}\n", "req", "arrival", "hit", "delay", "limiter",
-             "answered", "headers");
+  fmt::print(
+      "slow_down {{10 s window, delay_after 3, (hit - 3)^2 s, max 20 s}} -> rate_limit {{7 per 30 s, "
+      "draft-6}}, per client, virtual time\n");
+  fmt::print("{:>3}  {:>7}  {:>3}  {:>6}  {:<22}  {:>8}  {}\n", "req", "arrival", "hit", "delay", "limiter", "answered",
+             "headers");
   int refused_after_wait = 0;
   std::string effect = "none";
   for (std::size_t i = 0; i < answers->size(); ++i) {
@@ -109,19 +111,22 @@ int main() {
     const auto* limit = note_of(a, "rateLimit");
     std::string verdict = "-";
     if (limit)
-      verdict = limit->rejected ? fmt::format("{} refused (hit {})", a.failure->details()["status"].get<int>(), limit->used)
-                                : fmt::format("passed (hit {}, {} left)", limit->used, limit->remaining);
+      verdict = limit->rejected
+                    ? fmt::format("{} refused (hit {})", a.failure->details()["status"].get<int>(), limit->used)
+                    : fmt::format("passed (hit {}, {} left)", limit->used, limit->remaining);
     std::string headers;
     if (limit)
-      for (const auto& [name, value] : limit->headers) headers += fmt::format("{}{}: {}", headers.empty() ? "" : " | ", name, value);
+      for (const auto& [name, value] : limit->headers)
+        headers += fmt::format("{}{}: {}", headers.empty() ? "" : " | ", name, value);
     fmt::print("{:>3}  {:>5.1f} s  {:>3}  {:>4.1f} s  {:<22}  {:>6.1f} s  {}\n", i + 1, secs(a.arrived),
                slow ? slow->used : 0, slow ? secs(slow->delay) : 0.0, verdict, secs(a.answered), headers);
     if (slow && limit && limit->rejected && slow->delay > rc::duration::zero() && slow->used <= limit->limit) {
       ++refused_after_wait;
-      effect = fmt::format("request {} arrived at {:.1f} s as slow_down hit {} (within the limit of {}), waited {:.1f} s "
-                           "and was refused as the limiter's hit {} (Retry-After {})",
-                           i + 1, secs(a.arrived), slow->used, limit->limit, secs(slow->delay), limit->used,
-                           a.failure->details()["retry_after"].get<long long>());
+      effect = fmt::format(
+          "request {} arrived at {:.1f} s as slow_down hit {} (within the limit of {}), waited {:.1f} s "
+          "and was refused as the limiter's hit {} (Retry-After {})",
+          i + 1, secs(a.arrived), slow->used, limit->limit, secs(slow->delay), limit->used,
+          a.failure->details()["retry_after"].get<long long>());
     }
   }
   fmt::print("result: {}\n", effect);

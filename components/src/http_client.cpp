@@ -10,10 +10,7 @@
 // Connections are kept per host in a context-wide pool (LIFO, at most pool_size idle per host,
 // none older than pool_idle). A pooled connection the server has closed in the meantime fails
 // before any response byte; an idempotent call then goes once more on a fresh connection.
-#include <coroutine>
-#include <mutex>
-#include <tuple>
-#include <unordered_map>
+#include <fmt/format.h>
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -24,7 +21,10 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/string_body.hpp>
 #include <boost/beast/http/write.hpp>
-#include <fmt/format.h>
+#include <coroutine>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
 
 #include "http_internal.hpp"
 #include "rc/context.hpp"
@@ -150,19 +150,21 @@ std::pair<std::optional<std::string>, std::string> request_body(const http_optio
   }
   if (b.holds<http_response>()) {
     const auto& r = b.get<http_response>();
-    if (r.body.empty() && r.json) return {r.json->dump(), ct("application/json")};
+    if (r.body.empty() && r.json)
+      return {r.json->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), ct("application/json")};
     return {r.body, ct(r.content_type.empty() ? "text/plain; charset=utf-8" : r.content_type)};
   }
   nlohmann::json j = b.holds<nlohmann::json>() ? b.get<nlohmann::json>() : b.to_json();
   if (j.is_null() && !b.holds<nlohmann::json>()) return {std::nullopt, {}};
-  return {j.dump(), ct("application/json")};
+  return {j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), ct("application/json")};
 }
 
 error call_error(errc code, std::string message, bool retryable, const std::string& method, const std::string& url) {
   return error(code, std::move(message), retryable, nullptr, {{"url", url}, {"method", method}});
 }
 
-task<http_response> perform(context& ctx, std::shared_ptr<const http_options> options, exchange& ex, route_runtime& rt) {
+task<http_response> perform(context& ctx, std::shared_ptr<const http_options> options, exchange& ex,
+                            route_runtime& rt) {
   const http_options& o = *options;
   const std::string url = o.url_from ? o.url_from(ex) : o.url;
   const http_detail::url_parts u = http_detail::parse_url(url);
@@ -171,8 +173,9 @@ task<http_response> perform(context& ctx, std::shared_ptr<const http_options> op
   if (ex.deadline()) {
     const duration left = *ex.deadline() - rt.now();
     if (left <= duration::zero())
-      throw call_error(errc::timed_out, fmt::format("http: {} {} not sent: the exchange's deadline has passed", o.method, url),
-                       false, o.method, url);
+      throw call_error(errc::timed_out,
+                       fmt::format("http: {} {} not sent: the exchange's deadline has passed", o.method, url), false,
+                       o.method, url);
     deadline = std::min(deadline, steady::now() + std::chrono::duration_cast<steady::duration>(left));
   }
   if (ex.abort_signal() && ex.abort_signal()->fired())
@@ -229,13 +232,15 @@ task<http_response> perform(context& ctx, std::shared_ptr<const http_options> op
       c->timer.cancel();
       c->close();
       if (c->timed_out)
-        return call_error(errc::timed_out, fmt::format("http: {} {} timed out after {}", o.method, url, ms_text(o.timeout)),
-                          true, o.method, url);
+        return call_error(errc::timed_out,
+                          fmt::format("http: {} {} timed out after {}", o.method, url, ms_text(o.timeout)), true,
+                          o.method, url);
       if (c->abandoned)
         return call_error(errc::step_failed, fmt::format("http: {} {} abandoned: the caller went away", o.method, url),
                           false, o.method, url);
-      return call_error(errc::connection_failed, fmt::format("http: {} {} failed to {}: {}", o.method, url, what, ec.message()),
-                        true, o.method, url);
+      return call_error(errc::connection_failed,
+                        fmt::format("http: {} {} failed to {}: {}", o.method, url, what, ec.message()), true, o.method,
+                        url);
     };
 
     if (fresh) {
@@ -244,9 +249,8 @@ task<http_response> perform(context& ctx, std::shared_ptr<const http_options> op
         endpoints.emplace_back(asio::ip::make_address(http_detail::format_ip(*ip)), u.port);
       } else {
         tcp::resolver resolver(c->socket.get_executor());
-        auto [ec, results] = co_await async_op<beast::error_code, tcp::resolver::results_type>([&](auto h) {
-          resolver.async_resolve(u.host, std::to_string(u.port), std::move(h));
-        });
+        auto [ec, results] = co_await async_op<beast::error_code, tcp::resolver::results_type>(
+            [&](auto h) { resolver.async_resolve(u.host, std::to_string(u.port), std::move(h)); });
         if (ec) throw fail(ec, "resolve the host");
         for (const auto& r : results) endpoints.push_back(r.endpoint());
       }
@@ -279,8 +283,8 @@ task<http_response> perform(context& ctx, std::shared_ptr<const http_options> op
                                      o.max_response_bytes),
                          false, o.method, url);
       }
-      const bool again = !fresh && attempt == 0 && idempotent(o.method) && !parser.got_some() && !c->timed_out &&
-                         !c->abandoned;
+      const bool again =
+          !fresh && attempt == 0 && idempotent(o.method) && !parser.got_some() && !c->timed_out && !c->abandoned;
       error e = fail(rec, "read the response");
       if (again) continue;
       throw e;
@@ -314,11 +318,12 @@ task<http_response> perform(context& ctx, std::shared_ptr<const http_options> op
       nlohmann::json details = {{"status", out.status}, {"url", url}, {"method", o.method}};
       if (out.status == 429 || out.status == 503)
         if (const auto* ra = out.header("Retry-After"))
-          if (auto ms = http_detail::parse_retry_after(*ra, http_detail::wall_now_ms())) details["retry_after_ms"] = *ms;
-      throw error(errc::step_failed,
-                  fmt::format("http: {} {} answered {} {}", o.method, url, out.status,
-                              http_detail::reason_phrase(out.status)),
-                  retryable, nullptr, std::move(details));
+          if (auto ms = http_detail::parse_retry_after(*ra, http_detail::wall_now_ms()))
+            details["retry_after_ms"] = *ms;
+      throw error(
+          errc::step_failed,
+          fmt::format("http: {} {} answered {} {}", o.method, url, out.status, http_detail::reason_phrase(out.status)),
+          retryable, nullptr, std::move(details));
     }
     co_return out;
   }

@@ -4,10 +4,9 @@
 // client cannot pick its own key. IPv6 keys are masked to a prefix: one subscriber's /56 is one
 // client, however many addresses it rotates through.
 #include <arpa/inet.h>
+#include <fmt/format.h>
 
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "http_internal.hpp"
 #include "rc/error.hpp"

@@ -91,7 +91,7 @@ bool is_json_content_type(std::string_view content_type) noexcept;
 // ---- URLs -----------------------------------------------------------------------------------
 
 struct url_parts {
-  std::string host;         // without brackets
+  std::string host;  // without brackets
   std::uint16_t port = 80;
   std::string target;       // "/path?query"
   std::string host_header;  // "host:port" as the Host header wants it

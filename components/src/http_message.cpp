@@ -1,12 +1,12 @@
 // HTTP messages without a network: the request and response types, how a finished run becomes a
 // response (statuses, RateLimit headers, Retry-After), and the wire form the server writes.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <ctime>
-
-#include <fmt/format.h>
 
 #include "http_internal.hpp"
 #include "rc/error.hpp"
@@ -15,6 +15,13 @@
 namespace rc {
 
 using http_detail::iequals;
+
+namespace {
+/// JSON text for the wire: invalid UTF-8 is replaced, never thrown about.
+std::string wire_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+}  // namespace
 
 const std::string* find_http_header(const http_headers& headers, std::string_view name) noexcept {
   for (const auto& [k, v] : headers)
@@ -46,7 +53,7 @@ http_response json_response(const nlohmann::json& body, int status) {
   http_response r;
   r.status = status;
   r.content_type = "application/json";
-  r.body = body.dump();
+  r.body = wire_json(body);
   return r;
 }
 
@@ -59,8 +66,8 @@ http_response text_response(std::string body, int status) {
 }
 
 void to_json(nlohmann::json& j, const http_request& r) {
-  j = {{"method", r.method}, {"target", r.target}, {"path", r.path}, {"query", r.query},
-       {"client", r.client}, {"peer", r.peer}};
+  j = {{"method", r.method}, {"target", r.target}, {"path", r.path},
+       {"query", r.query},   {"client", r.client}, {"peer", r.peer}};
   if (!r.params.empty()) {
     auto params = nlohmann::json::object();
     for (const auto& [k, v] : r.params) params[k] = v;
@@ -88,8 +95,7 @@ void to_json(nlohmann::json& j, const http_response& r) {
 }
 
 void set_http_status(exchange& ex, int status) {
-  if (status < 100 || status > 599)
-    invalid_option("set_http_status", "status", "an HTTP status in [100, 599]", status);
+  if (status < 100 || status > 599) invalid_option("set_http_status", "status", "an HTTP status in [100, 599]", status);
   ex.set_header(http_status_header, status);
 }
 
@@ -159,7 +165,7 @@ int hex_value(char c) noexcept {
 }
 
 bool valid_header_text(std::string_view s) noexcept {
-  return s.find_first_of("\r\n") == std::string_view::npos;
+  return std::none_of(s.begin(), s.end(), [](char c) { return c == '\r' || c == '\n'; });
 }
 
 bool valid_header_name(std::string_view s) noexcept {
@@ -181,17 +187,17 @@ bool hop_by_hop(std::string_view name) noexcept {
 void append_json_headers(http_headers& out, const nlohmann::json& list) {
   // [[name, value], ...], [{"name":..,"value":..}, ...] or {name: value}
   if (list.is_object()) {
-    for (const auto& [k, v] : list.items()) merge_header(out, k, v.is_string() ? v.get<std::string>() : v.dump());
+    for (const auto& [k, v] : list.items()) merge_header(out, k, v.is_string() ? v.get<std::string>() : wire_json(v));
     return;
   }
   if (!list.is_array()) return;
   for (const auto& item : list) {
     if (item.is_array() && item.size() == 2 && item[0].is_string()) {
       merge_header(out, item[0].get<std::string>(),
-                   item[1].is_string() ? item[1].get<std::string>() : item[1].dump());
+                   item[1].is_string() ? item[1].get<std::string>() : wire_json(item[1]));
     } else if (item.is_object() && item.contains("name") && item.contains("value")) {
       const auto& v = item["value"];
-      merge_header(out, item["name"].get<std::string>(), v.is_string() ? v.get<std::string>() : v.dump());
+      merge_header(out, item["name"].get<std::string>(), v.is_string() ? v.get<std::string>() : wire_json(v));
     }
   }
 }
@@ -205,11 +211,17 @@ void body_response(exchange& ex, response_parts& r) {
   any_body& body = ex.raw_body();
   if (body.holds<http_response>()) {
     auto& res = body.get<http_response>();
+    if (res.status < 100 || res.status > 599) {  // not a status: the route is wrong, the client gets no detail
+      r.status = 500;
+      r.body = error_body(code_string(errc::misconfigured), "Internal Server Error");
+      r.content_type = "application/json";
+      return;
+    }
     r.status = res.status;
     r.content_type = std::move(res.content_type);
     r.body = std::move(res.body);
     if (r.body.empty() && res.json) {
-      r.body = res.json->dump();
+      r.body = wire_json(*res.json);
       if (r.content_type.empty()) r.content_type = "application/json";
     }
     for (auto& [k, v] : res.headers) {
@@ -237,7 +249,7 @@ void body_response(exchange& ex, response_parts& r) {
     r.status = 204;
     return;
   }
-  r.body = j.dump();
+  r.body = wire_json(j);
   r.content_type = "application/json";
 }
 
@@ -254,7 +266,7 @@ void refusal_response(const error& err, response_parts& r) {
       r.body = it->get<std::string>();
       r.content_type = "text/plain; charset=utf-8";
     } else {
-      r.body = it->dump();
+      r.body = wire_json(*it);
       r.content_type = "application/json";
     }
   } else {
@@ -314,37 +326,63 @@ bool is_json_content_type(std::string_view ct) noexcept {
 
 std::string_view reason_phrase(int status) noexcept {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 304: return "Not Modified";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 413: return "Payload Too Large";
-    case 415: return "Unsupported Media Type";
-    case 422: return "Unprocessable Content";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return status < 400 ? "OK" : status < 500 ? "Client Error" : "Server Error";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 201:
+      return "Created";
+    case 202:
+      return "Accepted";
+    case 204:
+      return "No Content";
+    case 301:
+      return "Moved Permanently";
+    case 302:
+      return "Found";
+    case 304:
+      return "Not Modified";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 413:
+      return "Payload Too Large";
+    case 415:
+      return "Unsupported Media Type";
+    case 422:
+      return "Unprocessable Content";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    default:
+      return status < 400 ? "OK" : status < 500 ? "Client Error" : "Server Error";
   }
 }
 
 std::string error_body(std::string_view code, std::string_view message) {
-  return nlohmann::json{{"code", code}, {"message", message}}.dump();
+  return wire_json(nlohmann::json{{"code", code}, {"message", message}});
 }
 
 response_parts error_response(int status, std::string_view code, std::string_view message) {
@@ -356,8 +394,8 @@ response_parts error_response(int status, std::string_view code, std::string_vie
 }
 
 void merge_header(http_headers& out, std::string_view name, std::string_view value) {
-  const bool structured = !value.empty() && value.front() == '"' &&
-                          (iequals(name, "RateLimit") || iequals(name, "RateLimit-Policy"));
+  const bool structured =
+      !value.empty() && value.front() == '"' && (iequals(name, "RateLimit") || iequals(name, "RateLimit-Policy"));
   for (auto& [k, v] : out) {
     if (!iequals(k, name)) continue;
     if (v == value) return;
@@ -486,9 +524,7 @@ std::optional<double> parse_retry_after(std::string_view value, std::int64_t wal
 }
 
 url_parts parse_url(std::string_view url) {
-  auto bad = [&](std::string_view rule) {
-    invalid_option("http", "url", rule, fmt::format("\"{}\"", url));
-  };
+  auto bad = [&](std::string_view rule) { invalid_option("http", "url", rule, fmt::format("\"{}\"", url)); };
   constexpr std::string_view scheme = "http://";
   if (url.size() >= 8 && iequals(url.substr(0, 8), "https://")) bad("an http:// URL (https is not supported)");
   if (url.size() < scheme.size() || !iequals(url.substr(0, scheme.size()), scheme)) bad("an http:// URL");

@@ -18,13 +18,10 @@
 // Pipelines run on the context's io_context like everything else: a route whose steps are all
 // synchronous runs inline on the connection's strand; others are spawned as rc::tasks and hand
 // their result back to the strand. drain() waits for responses being written (work_started).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
-#include <condition_variable>
-#include <map>
-#include <mutex>
-#include <unordered_set>
-
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
@@ -35,7 +32,11 @@
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
-#include <fmt/format.h>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <unordered_set>
 
 #include "http_internal.hpp"
 #include "rc/context.hpp"
@@ -67,6 +68,18 @@ struct http_source_state {
     failure = std::move(e);
     cv.notify_all();
   }
+
+  // The route's hold on its server, released once by whichever comes first: the intake
+  // callback or the source's own return (see run()).
+  std::function<void()> release;
+  void detach() {
+    std::function<void()> f;
+    {
+      std::lock_guard lock(mutex);
+      f = std::exchange(release, nullptr);
+    }
+    if (f) f();
+  }
 };
 
 }  // namespace detail
@@ -76,8 +89,8 @@ namespace {
 using http_detail::response_parts;
 
 constexpr std::size_t read_chunk = 8 * 1024;
-constexpr std::size_t watch_limit = 64 * 1024;     // pipelined bytes kept while a request is busy
-constexpr std::size_t overflow_limit = 256;        // connections being turned away at once
+constexpr std::size_t watch_limit = 64 * 1024;  // pipelined bytes kept while a request is busy
+constexpr std::size_t overflow_limit = 256;     // connections being turned away at once
 constexpr auto linger_time = std::chrono::seconds(2);
 
 // ---- path patterns ----------------------------------------------------------------------------
@@ -198,12 +211,13 @@ class server : public std::enable_shared_from_this<server> {
     beast::error_code ec;
     acceptor_.open(ep.protocol(), ec);
     if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
-    if (!ec && ep.address().is_v6() && ep.address().is_unspecified()) acceptor_.set_option(asio::ip::v6_only(false), ec);
+    if (!ec && ep.address().is_v6() && ep.address().is_unspecified())
+      acceptor_.set_option(asio::ip::v6_only(false), ec);
     if (!ec) acceptor_.bind(ep, ec);
     if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec)
-      throw error(errc::connection_failed,
-                  fmt::format("http_source cannot listen on {}:{}: {}", ep.address().to_string(), ep.port(), ec.message()));
+      throw error(errc::connection_failed, fmt::format("http_source cannot listen on {}:{}: {}",
+                                                       ep.address().to_string(), ep.port(), ec.message()));
     port_ = acceptor_.local_endpoint().port();
   }
 
@@ -219,9 +233,8 @@ class server : public std::enable_shared_from_this<server> {
     std::lock_guard lock(mutex_);
     for (const auto& r : routes_)
       if (r.method == e.method && r.path == e.path)
-        throw error(errc::misconfigured,
-                    fmt::format("http_source: {} {} on port {} is already served by route \"{}\"", e.method, e.path,
-                                port_, r.route->id()));
+        throw error(errc::misconfigured, fmt::format("http_source: {} {} on port {} is already served by route \"{}\"",
+                                                     e.method, e.path, port_, r.route->id()));
     routes_.push_back(std::move(e));
   }
 
@@ -259,9 +272,7 @@ class server : public std::enable_shared_from_this<server> {
   }
 
   // Connection bookkeeping (any thread).
-  bool admit() {
-    return open_.fetch_add(1, std::memory_order_acq_rel) < options_.max_connections;
-  }
+  bool admit() { return open_.fetch_add(1, std::memory_order_acq_rel) < options_.max_connections; }
   void opened(connection* c) {
     std::lock_guard lock(mutex_);
     live_.insert(c);
@@ -364,9 +375,8 @@ class connection : public std::enable_shared_from_this<connection> {
     if (read_pending_ || closed_) return;
     read_pending_ = true;
     // Into a buffer of its own: `in_` is consumed by the parser while this read is pending.
-    socket_.async_read_some(asio::buffer(chunk_), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
-      self->on_read(ec, n);
-    });
+    socket_.async_read_some(asio::buffer(chunk_),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t n) { self->on_read(ec, n); });
   }
 
   void on_read(beast::error_code ec, std::size_t n) {
@@ -456,17 +466,30 @@ class connection : public std::enable_shared_from_this<connection> {
     busy_ = true;
     close_after_ = true;  // the stream cannot be trusted past a bad request
     if (ec == bhttp::error::header_limit)
-      respond(http_detail::error_response(431, "header_fields_too_large",
-                                          fmt::format("request headers exceed {} bytes", server_->options().max_header_bytes)));
+      respond(http_detail::error_response(
+          431, "header_fields_too_large",
+          fmt::format("request headers exceed {} bytes", server_->options().max_header_bytes)));
     else if (ec == bhttp::error::body_limit)
-      respond(http_detail::error_response(413, "payload_too_large",
-                                          fmt::format("request body exceeds {} bytes", server_->options().max_body_bytes)));
+      respond(http_detail::error_response(
+          413, "payload_too_large", fmt::format("request body exceeds {} bytes", server_->options().max_body_bytes)));
     else
       respond(http_detail::error_response(400, "bad_request", "malformed HTTP request"));
   }
 
   // ---- one request ----
   void dispatch() {
+    try {
+      start_request();
+    } catch (...) {  // out of memory and the like: answer rather than take the thread down
+      if (!response_started_ && !closed_) {
+        busy_ = true;
+        close_after_ = true;
+        respond(http_detail::error_response(500, code_string(errc::step_failed), "Internal Server Error"));
+      }
+    }
+  }
+
+  void start_request() {
     auto req = parser_->release();
     parser_.reset();
     busy_ = true;
@@ -498,8 +521,8 @@ class connection : public std::enable_shared_from_this<connection> {
     const route_match m = server_->match(method, path, params);
     if (!m.route) {
       if (m.path_found) {
-        response_parts r = http_detail::error_response(405, "method_not_allowed",
-                                                       fmt::format("{} is not allowed here", method));
+        response_parts r =
+            http_detail::error_response(405, "method_not_allowed", fmt::format("{} is not allowed here", method));
         r.headers.emplace_back("Allow", m.allow);
         respond(std::move(r));
       } else {
@@ -531,7 +554,8 @@ class connection : public std::enable_shared_from_this<connection> {
       if (http_detail::is_json_content_type(std::string_view(ct.data(), ct.size()))) {
         auto parsed = nlohmann::json::parse(body.body, nullptr, false);
         if (parsed.is_discarded()) {
-          respond(http_detail::error_response(400, code_string(errc::validation), "the request body is not valid JSON"));
+          respond(
+              http_detail::error_response(400, code_string(errc::validation), "the request body is not valid JSON"));
           return;
         }
         body.json = std::move(parsed);
@@ -584,7 +608,13 @@ class connection : public std::enable_shared_from_this<connection> {
     pipeline_running_ = false;
     abort_.reset();
     if (closed_ || gone_ || response_started_) return;  // nobody to answer, or answered already
-    respond(http_detail::response_for(r.result, r.ex));
+    response_parts parts;
+    try {
+      parts = http_detail::response_for(r.result, r.ex);
+    } catch (...) {  // a body that cannot be written: the client learns nothing more than that
+      parts = http_detail::error_response(500, code_string(errc::step_failed), "Internal Server Error");
+    }
+    respond(std::move(parts));
   }
 
   void client_gone() {
@@ -609,11 +639,12 @@ class connection : public std::enable_shared_from_this<connection> {
 
   void trace(int status) {
     bus_.emit(event_id::http_request_completed, [&] {
-      nlohmann::json j = {{"method", trace_method_},
-                          {"path", trace_path_},
-                          {"status", status},
-                          {"client", trace_client_},
-                          {"duration", std::chrono::duration<double, std::milli>(steady::now() - trace_started_).count()}};
+      nlohmann::json j = {
+          {"method", trace_method_},
+          {"path", trace_path_},
+          {"status", status},
+          {"client", trace_client_},
+          {"duration", std::chrono::duration<double, std::milli>(steady::now() - trace_started_).count()}};
       if (!trace_route_.empty()) j["routeId"] = trace_route_;
       return j;
     });
@@ -631,9 +662,8 @@ class connection : public std::enable_shared_from_this<connection> {
 
   void start_write() {
     writing_ = true;
-    asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      self->on_write(ec);
-    });
+    asio::async_write(socket_, asio::buffer(out_),
+                      [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_write(ec); });
   }
 
   void on_write(beast::error_code ec) {
@@ -795,7 +825,7 @@ class connection : public std::enable_shared_from_this<connection> {
 void server::accept() {
   // One thread: the io_context is the strand. Several: each connection gets its own.
   const auto executor = ctx_.threads() > 1 ? asio::any_io_executor(asio::make_strand(ctx_.io()))
-                                            : asio::any_io_executor(ctx_.io().get_executor());
+                                           : asio::any_io_executor(ctx_.io().get_executor());
   acceptor_.async_accept(executor, [self = shared_from_this()](beast::error_code ec, tcp::socket s) {
     if (ec == asio::error::operation_aborted || self->stopping()) return;
     if (ec) {  // out of file descriptors and the like: breathe, then go on accepting
@@ -848,7 +878,8 @@ class http_server_registry {
     std::lock_guard lock(mutex_);
     // Port 0 routes of a host share one ephemeral server; a route naming that server's port
     // joins it too.
-    std::shared_ptr<server> s = o.port == 0 ? find(ephemeral_, host) : find(servers_, std::pair<std::string, std::uint16_t>{host, o.port});
+    std::shared_ptr<server> s =
+        o.port == 0 ? find(ephemeral_, host) : find(servers_, std::pair<std::string, std::uint16_t>{host, o.port});
     if (s) {
       if (o.server != s->options() && o.server != http_server_options{})
         throw error(errc::misconfigured,
@@ -900,18 +931,28 @@ http_source_endpoint::http_source_endpoint(http_source_options options)
 
 task<void> http_source_endpoint::run(source_context& sc) {
   context& ctx = sc.route().ctx();
-  std::shared_ptr<server> srv;
+  route_runtime& rt = sc.route();
   try {
     if (ctx.is_virtual())
       throw error(errc::misconfigured, "http_source needs a real-time context: sockets do not run in rc::virtual_time");
-    srv = ctx.service<http_server_registry>().attach(options_, sc.route());
+    auto& registry = ctx.service<http_server_registry>();
+    auto srv = registry.attach(options_, rt);
+    const std::uint16_t port = srv->port();
+    {
+      std::lock_guard lock(state_->mutex);
+      state_->release = [&registry, &rt, srv = std::move(srv)] { registry.detach(srv, rt); };
+    }
+    state_->ready(port);
   } catch (...) {
     state_->failed(std::current_exception());
     throw;
   }
-  state_->ready(srv->port());
+  // Leave the server the moment intake closes, from the stopping thread: stop() may end the
+  // io_context before this coroutine is resumed, and the server must not wait for that (the
+  // frame holds nothing that keeps it alive).
+  rt.intake().on_fire([state = state_] { state->detach(); });
   (void)co_await sc.sleep_until(time_point::max());  // serve until the route stops taking work
-  ctx.service<http_server_registry>().detach(srv, sc.route());
+  state_->detach();
 }
 
 std::uint16_t http_source_endpoint::port(duration wait) const {

@@ -8,14 +8,13 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <optional>
+#include <rc/rc.hpp>
 #include <stdexcept>
 #include <string>
 #include <thread>
-
-#include <catch2/catch.hpp>
-#include <rc/rc.hpp>
 
 #include "support/dsl_support.hpp"
 
@@ -37,14 +36,15 @@ struct reply {
 /// A client on a plain socket: what it sends is exactly what the test wrote.
 class raw_client {
  public:
-  explicit raw_client(std::uint16_t port) {
+  /// `check`: REQUIRE the connection (only on the test's own thread: Catch is not thread-safe).
+  explicit raw_client(std::uint16_t port, bool check = true) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd_ >= 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
     ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    REQUIRE(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    const bool connected = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    if (check) REQUIRE(connected);
   }
   raw_client(const raw_client&) = delete;
   raw_client& operator=(const raw_client&) = delete;
@@ -167,23 +167,26 @@ double elapsed_ms(clock_type::time_point since) {
 TEST_CASE("http: routes on one server are chosen by method and path, and the final body is the response") {
   rc::context ctx(quick_stop());
   auto hello = rc::http_source({.path = "/hello"});
-  ctx.add(rc::craft().id("hello").from(hello).transform([](rc::http_request r) {
-    return "hello " + r.query_param("name").value_or("nobody");
-  }));
+  ctx.add(rc::craft().id("hello").from(hello).transform(
+      [](rc::http_request r) { return "hello " + r.query_param("name").value_or("nobody"); }));
   const auto port_of = [&] { return hello.port(); };
-  ctx.add(rc::craft().id("create").from(rc::http_source({.path = "/items", .method = "POST"})).transform(
-      [](rc::http_request r, rc::exchange& ex) {
-        rc::set_http_status(ex, 201);
-        return nlohmann::json{{"created", r.json.value_or(nullptr)}};
-      }));
+  ctx.add(rc::craft()
+              .id("create")
+              .from(rc::http_source({.path = "/items", .method = "POST"}))
+              .transform([](rc::http_request r, rc::exchange& ex) {
+                rc::set_http_status(ex, 201);
+                return nlohmann::json{{"created", r.json.value_or(nullptr)}};
+              }));
   ctx.add(rc::craft().id("item").from(rc::http_source({.path = "/items/:id"})).transform([](rc::http_request r) {
     return nlohmann::json{{"id", r.param("id")}};
   }));
   ctx.add(rc::craft().id("files").from(rc::http_source({.path = "/files/*"})).transform([](rc::http_request r) {
     return r.param("*");
   }));
-  ctx.add(rc::craft().id("teapot").from(rc::http_source({.path = "/teapot", .method = "*"})).transform(
-      [](rc::http_request) { return rc::text_response("short and stout", 418); }));
+  ctx.add(rc::craft()
+              .id("teapot")
+              .from(rc::http_source({.path = "/teapot", .method = "*"}))
+              .transform([](rc::http_request) { return rc::text_response("short and stout", 418); }));
   running run(ctx);
   const auto port = port_of();
 
@@ -274,8 +277,8 @@ TEST_CASE("http: the request carries method, target, query, headers, JSON body a
                           {"key", ex.header_or(rc::client_header, "")}};
   }));
   running run(ctx);
-  const auto r = request(src.port(), post("/echo?a=1&b=two", R"({"n": 7})", "application/json; charset=utf-8",
-                                          "X-Custom: yes\r\n"));
+  const auto r = request(
+      src.port(), post("/echo?a=1&b=two", R"({"n": 7})", "application/json; charset=utf-8", "X-Custom: yes\r\n"));
   REQUIRE(r.status == 200);
   const auto j = r.json();
   CHECK(j["method"] == "POST");
@@ -305,6 +308,33 @@ TEST_CASE("http: two sources on the same port share one server, and different se
   auto c = rc::http_source({.port = port, .path = "/c", .server = {.max_body_bytes = 10}});
   ctx.add(rc::craft().id("c").from(c).to(rc::noop()));
   CHECK_THROWS_AS(c.port(), rc::error);
+}
+
+TEST_CASE("http: a context with two threads serves concurrent keep-alive clients, each on its own strand") {
+  rc::context ctx({.threads = 2, .shutdown_timeout = 3s});
+  auto src = rc::http_source({.path = "/c/:n"});
+  ctx.add(rc::craft()
+              .id("c")
+              .rate_limit(
+                  {.limit = 1000, .window = 60s, .key = rc::by_client(), .headers = rc::rate_limit_headers::draft_7})
+              .from(src)
+              .transform([](rc::http_request r) { return r.param("n"); }));
+  running run(ctx);
+  const auto port = src.port();
+  std::atomic<int> ok{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 6; ++c)
+    clients.emplace_back([&, c] {
+      raw_client client(port, false);
+      for (int i = 0; i < 25; ++i) {
+        const auto n = std::to_string(c * 100 + i);
+        client.send(get("/c/" + n));
+        const auto r = client.read();
+        if (r && r->status == 200 && r->body == n && r->header("RateLimit")) ++ok;
+      }
+    });
+  for (auto& t : clients) t.join();
+  CHECK(ok == 150);
 }
 
 // ---- keep-alive -------------------------------------------------------------------------------
@@ -384,8 +414,11 @@ TEST_CASE("http: Expect 100-continue gets its interim response before the body i
 TEST_CASE("http: a throttle refusal is 429 with Retry-After in whole seconds, rounded up") {
   rc::context ctx(quick_stop());
   auto src = rc::http_source({.path = "/t"});
-  ctx.add(rc::craft().id("t").throttle({.rate = 1, .per = rc::per::minute, .mode = rc::throttle_mode::reject}).from(src).transform(
-      [](rc::http_request) { return std::string("in"); }));
+  ctx.add(rc::craft()
+              .id("t")
+              .throttle({.rate = 1, .per = rc::per::minute, .mode = rc::throttle_mode::reject})
+              .from(src)
+              .transform([](rc::http_request) { return std::string("in"); }));
   running run(ctx);
   CHECK(request(src.port(), get("/t")).status == 200);
   const auto r = request(src.port(), get("/t"));
@@ -397,15 +430,17 @@ TEST_CASE("http: a throttle refusal is 429 with Retry-After in whole seconds, ro
   CHECK(r.json()["code"] == "RC5013");
 }
 
-TEST_CASE("http: rate_limit headers (draft-6, draft-7, draft-8) on every response, and 429 with Retry-After") {
+TEST_CASE("http: rate_limit headers (draft-6, draft-7, draft-8, legacy) on every response, and 429 with Retry-After") {
   struct mode_case {
     rc::rate_limit_headers mode;
     std::vector<std::string> names;
   };
-  const auto c = GENERATE(mode_case{rc::rate_limit_headers::draft_6,
-                                    {"RateLimit-Policy", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}},
-                          mode_case{rc::rate_limit_headers::draft_7, {"RateLimit-Policy", "RateLimit"}},
-                          mode_case{rc::rate_limit_headers::draft_8, {"RateLimit", "RateLimit-Policy"}});
+  const auto c = GENERATE(
+      mode_case{rc::rate_limit_headers::draft_6,
+                {"RateLimit-Policy", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}},
+      mode_case{rc::rate_limit_headers::draft_7, {"RateLimit-Policy", "RateLimit"}},
+      mode_case{rc::rate_limit_headers::draft_8, {"RateLimit", "RateLimit-Policy"}},
+      mode_case{rc::rate_limit_headers::legacy, {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}});
   rc::context ctx(quick_stop());
   auto src = rc::http_source({.path = "/r"});
   ctx.add(rc::craft()
@@ -424,6 +459,9 @@ TEST_CASE("http: rate_limit headers (draft-6, draft-7, draft-8) on every respons
   CHECK(first.header("Retry-After") == nullptr);
   if (c.mode == rc::rate_limit_headers::draft_7) CHECK(*first.header("RateLimit") == "limit=2, remaining=1, reset=30");
   if (c.mode == rc::rate_limit_headers::draft_6) CHECK(*first.header("RateLimit-Policy") == "2;w=30");
+  std::size_t dates = 0;  // legacy headers bring their own Date: it replaces the server's
+  for (const auto& [k, v] : first.headers) dates += k == "Date" ? 1 : 0;
+  CHECK(dates == 1);
   if (c.mode == rc::rate_limit_headers::draft_8) {
     CHECK(*first.header("RateLimit") == "\"2-in-30sec\"; r=1; t=30");
     CHECK(*first.header("RateLimit-Policy") == "\"2-in-30sec\"; q=2; w=30; pk=:MTJjYTE3YjQ5YWYy:");
@@ -452,7 +490,10 @@ TEST_CASE("http: a refusal's status and message come from the rate_limit options
   auto src = rc::http_source({.path = "/r"});
   ctx.add(rc::craft()
               .id("r")
-              .rate_limit({.limit = 0, .window = 10s, .message = "slow down, friend", .status = 503,
+              .rate_limit({.limit = 0,
+                           .window = 10s,
+                           .message = "slow down, friend",
+                           .status = 503,
                            .headers = rc::rate_limit_headers::draft_7})
               .from(src)
               .to(rc::noop()));
@@ -536,7 +577,8 @@ TEST_CASE("http: a response not ready within response_timeout is 503 and the exc
 
 TEST_CASE("http: oversized headers are 431, an oversized body 413, and the connection closes") {
   rc::context ctx(quick_stop());
-  auto src = rc::http_source({.path = "/u", .method = "POST", .server = {.max_header_bytes = 1024, .max_body_bytes = 100}});
+  auto src =
+      rc::http_source({.path = "/u", .method = "POST", .server = {.max_header_bytes = 1024, .max_body_bytes = 100}});
   ctx.add(rc::craft().id("u").from(src).transform([](rc::http_request r) { return std::to_string(r.body.size()); }));
   running run(ctx);
   const auto port = src.port();
@@ -712,8 +754,8 @@ TEST_CASE("http: X-Forwarded-For is ignored unless the peer is a trusted proxy")
   CHECK(who({.trusted_proxies = {"10.0.0.0/8"}}, "X-Forwarded-For: 203.0.113.9\r\n")["client"] == "127.0.0.1");
   // Trusted: the right-most address that is not a trusted proxy.
   CHECK(who({.trusted_proxies = {"127.0.0.1"}}, "X-Forwarded-For: 203.0.113.9\r\n")["client"] == "203.0.113.9");
-  CHECK(who({.trusted_proxies = {"loopback", "10.0.0.0/8"}}, "X-Forwarded-For: 6.6.6.6, 203.0.113.9, 10.1.2.3\r\n")["client"] ==
-        "203.0.113.9");
+  CHECK(who({.trusted_proxies = {"loopback", "10.0.0.0/8"}},
+            "X-Forwarded-For: 6.6.6.6, 203.0.113.9, 10.1.2.3\r\n")["client"] == "203.0.113.9");
   // IPv6 clients share a key per /56.
   const auto v6 = who({.trusted_proxies = {"loopback"}}, "X-Forwarded-For: 2001:db8:1:2::5\r\n");
   CHECK(v6["client"] == "2001:db8:1:2::5");
@@ -763,12 +805,15 @@ TEST_CASE("http client: calls keep one pooled connection per host, JSON in and J
   running run(ctx);
   const auto port = api.port();
   rc::spy<rc::http_response> out;
-  ctx.add(rc::craft()
-              .id("caller")
-              .from(rc::sequence(std::vector<int>{1, 2, 3}))
-              .transform([](int n) { return nlohmann::json{{"a", n}, {"b", 10}}; })
-              .request<rc::http_response>(rc::http({.url = fmt::format("http://127.0.0.1:{}/sum", port), .method = "POST"}))
-              .to(out));
+  ctx.add(
+      rc::craft()
+          .id("caller")
+          .from(rc::sequence(std::vector<int>{1, 2, 3}))
+          .transform([](int n) {
+            return nlohmann::json{{"a", n}, {"b", 10}};
+          })
+          .request<rc::http_response>(rc::http({.url = fmt::format("http://127.0.0.1:{}/sum", port), .method = "POST"}))
+          .to(out));
   ctx.drain();
   const auto got = out.bodies();
   REQUIRE(got.size() == 3);
@@ -786,8 +831,11 @@ TEST_CASE("http client: a call slower than its timeout fails with RC5011 and the
   event_recorder events(ctx);
   auto api = rc::http_source({.path = "/slow"});
   // The first call passes; the second would wait a minute in the throttle.
-  ctx.add(rc::craft().id("api").throttle({.rate = 1, .per = rc::per::minute, .burst = 1}).from(api).transform(
-      [](rc::http_request) { return std::string("ok"); }));
+  ctx.add(rc::craft()
+              .id("api")
+              .throttle({.rate = 1, .per = rc::per::minute, .burst = 1})
+              .from(api)
+              .transform([](rc::http_request) { return std::string("ok"); }));
   running run(ctx);
   rc::spy<rc::http_response> out;
   ctx.add(rc::craft()
@@ -817,9 +865,8 @@ TEST_CASE("http client: a non-2xx response is an rc::error with the status: 5xx 
   rc::context ctx(quick_stop());
   event_recorder failed(ctx, "route:exchange:failed");
   auto api = rc::http_source({.path = "/status/:code"});
-  ctx.add(rc::craft().id("api").from(api).transform([](rc::http_request r) {
-    return rc::text_response("status", std::stoi(r.param("code")));
-  }));
+  ctx.add(rc::craft().id("api").from(api).transform(
+      [](rc::http_request r) { return rc::text_response("status", std::stoi(r.param("code"))); }));
   running run(ctx);
   const auto base = fmt::format("http://127.0.0.1:{}/status/", api.port());
   rc::spy<rc::http_response> ok;

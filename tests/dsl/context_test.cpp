@@ -168,13 +168,16 @@ TEST_CASE("with 4 threads in real time, a throttle at 200/s burst 1 never admits
   REQUIRE(times.size() == static_cast<std::size_t>(n));
   std::sort(times.begin(), times.end());
   auto seconds = [](rc::duration d) { return std::chrono::duration<double>(d).count(); };
-  // From the start, k + 1 admissions need k slots: exact, since a late wake-up only delays.
+  // Windows that start with the backlog: k + 1 admissions need k slots after the first. Exact,
+  // whatever the scheduler does, since a late wake-up only ever delays an admission.
   for (int k = 0; k < n; ++k) {
     INFO("admission " << k << " at " << seconds(times[static_cast<std::size_t>(k)]) << " s");
     CHECK(k + 1 <= burst + rate * seconds(times[static_cast<std::size_t>(k)] - started.time_since_epoch()) + 1e-9);
   }
-  // Any window: at most burst + rate * t, plus one for two wake-ups a scheduler delay brought
-  // together (the slot arithmetic is exact; threads are not).
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+  // Any window: at most burst + rate * t, plus one for two wake-ups that a scheduler delay
+  // brought together (the slot arithmetic is exact; threads are not). Sanitizers slow wake-ups
+  // down so far that late slots fire in bunches, which says nothing about the throttle.
   int worst = 0;
   for (std::size_t i = 0; i < times.size(); ++i)
     for (std::size_t j = i; j < times.size(); ++j) {
@@ -182,4 +185,5 @@ TEST_CASE("with 4 threads in real time, a throttle at 200/s burst 1 never admits
       worst = std::max(worst, static_cast<int>(j - i + 1) - static_cast<int>(allowed + 1e-9));
     }
   CHECK(worst <= 1);
+#endif
 }

@@ -90,10 +90,11 @@ namespace {
 rc::slow_down_options brief_slow_down(rc::counting counting) {
   return {.window = 10s,
           .delay_after = 3,
-          .delay = [](std::uint64_t hits) {
-            auto n = hits - 3;
-            return n * n * 1s;
-          },
+          .delay =
+              [](std::uint64_t hits) {
+                auto n = hits - 3;
+                return n * n * 1s;
+              },
           .max_delay = 20s,
           .key = rc::by_header("x-client"),
           .counting = counting};
@@ -160,13 +161,17 @@ TEST_CASE("the stacked brief: request 7 arrives within the limit and is refused 
   // Request 8 arrives at 12 s into a fresh slow_down window, is not delayed, and reaches the
   // limiter first: it takes the seventh place that request 7, still waiting, was counting on.
   const bool fixed = counting == rc::counting::fixed;
-  const std::vector<row> expected{
-      {0, 0, 0, 1, 1, true, "30"},    {0, 0, 0, 2, 2, true, "30"},    {0, 0, 0, 3, 3, true, "30"},
-      {0, 1, 1, 4, 4, true, "29"},    {0, 4, 4, 5, 5, true, "26"},    {0, 9, 9, 6, 6, true, "21"},
-      {0, 16, 16, 7, 8, false, "14"}, {12, 0, 12, 1, 7, true, "18"},
-      // 31 s: the fixed window (opened at 0 s) is over; the sliding one still holds the hits from
-      // 4 s, 9 s, 12 s and 16 s, and drops the first of them at 34 s.
-      fixed ? row{31, 0, 31, 1, 1, true, "30"} : row{31, 0, 31, 1, 5, true, "3"}};
+  const std::vector<row> expected{{0, 0, 0, 1, 1, true, "30"},
+                                  {0, 0, 0, 2, 2, true, "30"},
+                                  {0, 0, 0, 3, 3, true, "30"},
+                                  {0, 1, 1, 4, 4, true, "29"},
+                                  {0, 4, 4, 5, 5, true, "26"},
+                                  {0, 9, 9, 6, 6, true, "21"},
+                                  {0, 16, 16, 7, 8, false, "14"},
+                                  {12, 0, 12, 1, 7, true, "18"},
+                                  // 31 s: the fixed window (opened at 0 s) is over; the sliding one still holds the
+                                  // hits from 4 s, 9 s, 12 s and 16 s, and drops the first of them at 34 s.
+                                  fixed ? row{31, 0, 31, 1, 1, true, "30"} : row{31, 0, 31, 1, 5, true, "3"}};
   CHECK(table(log) == expected);
   CHECK(served_seconds(out, 9) == std::vector<double>{0, 0, 0, 1, 4, 9, -1, 12, 31});
 
@@ -236,11 +241,9 @@ namespace {
 // passes with 20 s left in the window; the third is refused with 17.5 s left (18 rounded up).
 struct header_run {
   limit_run r;
-  explicit header_run(rate_limit_headers mode, std::string policy = {},
-                      rc::counting counting = rc::counting::fixed) {
-    std::vector<request> script{{.at = 0s, .client = "127.0.0.1"},
-                                {.at = 10s, .client = "127.0.0.1"},
-                                {.at = 12500ms, .client = "127.0.0.1"}};
+  explicit header_run(rate_limit_headers mode, std::string policy = {}, rc::counting counting = rc::counting::fixed) {
+    std::vector<request> script{
+        {.at = 0s, .client = "127.0.0.1"}, {.at = 10s, .client = "127.0.0.1"}, {.at = 12500ms, .client = "127.0.0.1"}};
     r.run(script, {.limit = 2,
                    .window = 30s,
                    .key = rc::by_header("x-client"),
@@ -471,11 +474,8 @@ TEST_CASE("skip_failed gives the hit of a failed exchange back, refusals include
 TEST_CASE("without skip options failures count like any hit") {
   rc::context ctx(rc::virtual_time);
   traffic_log log;
-  ctx.add(rc::craft()
-              .id("api")
-              .from(traffic(burst(6), log))
-              .rate_limit({.limit = 2, .window = 30s})
-              .process(fail_even));
+  ctx.add(
+      rc::craft().id("api").from(traffic(burst(6), log)).rate_limit({.limit = 2, .window = 30s}).process(fail_even));
   ctx.start();
   ctx.drain();
   CHECK(passed_ids(log) == std::vector<int>{1});
@@ -681,4 +681,15 @@ TEST_CASE("on four threads a rate_limit admits exactly its limit") {
   ctx.stop();
   CHECK(out.count() == 100);
   CHECK(refused == 1900);
+}
+
+TEST_CASE("a rate_limit never waits, so a route of synchronous steps stays on the fast path") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  auto& route =
+      ctx.add(rc::craft().id("api").rate_limit({.limit = 2}).from(rc::simple({1, 2, 3})).rate_limit({}).to(out));
+  CHECK(route.all_synchronous());
+  ctx.start();
+  ctx.drain();
+  CHECK(out.bodies() == std::vector<int>{1, 2});
 }

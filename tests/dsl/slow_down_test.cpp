@@ -17,10 +17,11 @@ namespace {
 rc::slow_down_options brief(rc::counting counting = rc::counting::sliding) {
   return {.window = 10s,
           .delay_after = 3,
-          .delay = [](std::uint64_t hits) {
-            auto n = hits - 3;
-            return n * n * 1s;
-          },
+          .delay =
+              [](std::uint64_t hits) {
+                auto n = hits - 3;
+                return n * n * 1s;
+              },
           .max_delay = 20s,
           .key = rc::by_header("x-client"),
           .counting = counting};
@@ -40,8 +41,10 @@ struct slow_down_run {
 
   slow_down_run() {
     subs.push_back(ctx.on("route:slowDown:passed", [this](const rc::event& e) { events.passed.push_back(e.details); }));
-    subs.push_back(ctx.on("route:slowDown:delayed", [this](const rc::event& e) { events.delayed.push_back(e.details); }));
-    subs.push_back(ctx.on("route:slowDown:rejected", [this](const rc::event& e) { events.rejected.push_back(e.details); }));
+    subs.push_back(
+        ctx.on("route:slowDown:delayed", [this](const rc::event& e) { events.delayed.push_back(e.details); }));
+    subs.push_back(
+        ctx.on("route:slowDown:rejected", [this](const rc::event& e) { events.rejected.push_back(e.details); }));
   }
 
   void run(std::vector<request> script, rc::slow_down_options options) {
@@ -79,9 +82,9 @@ TEST_CASE("five requests at once with the default incremental delay: 0, 1, 2, 3 
 TEST_CASE("five requests at once with a quadratic delay: 0, 1, 4, 9 and 16 s") {
   slow_down_run r;
   r.run(burst(5), {.delay = [](std::uint64_t hits) {
-                     auto n = hits - 1;
-                     return n * n * 1s;
-                   }});
+          auto n = hits - 1;
+          return n * n * 1s;
+        }});
   CHECK(served_seconds(r.out, 5) == std::vector<double>{0, 1, 4, 9, 16});
   CHECK(hits_of(r.events.passed) == std::vector<std::uint64_t>{1, 2, 3, 4, 5});
 }
@@ -326,8 +329,7 @@ TEST_CASE("slow_down rejects every invalid option at the call with RC5003 naming
   check({.delay_after = -1}, "delay_after", "got -1");
   check({.delay = -1s}, "delay", "got -1000ms");
   check({.delay = -0.5ms}, "delay", "got -0.5ms");
-  check({.delay_after = 3,
-         .delay = [](std::uint64_t hits) { return (static_cast<std::int64_t>(hits) - 5) * 1s; }},
+  check({.delay_after = 3, .delay = [](std::uint64_t hits) { return (static_cast<std::int64_t>(hits) - 5) * 1s; }},
         "delay", "got -1000ms at hit 4");
   check({.delay = [](std::uint64_t) -> std::chrono::seconds { throw std::runtime_error("bad rule"); }}, "delay",
         "bad rule");
@@ -357,7 +359,8 @@ struct gate_run {
   const rc::keyed_gate* gate = nullptr;
 
   void run(std::vector<request> script, rc::slow_down_options options) {
-    auto def = rc::craft().id("api").slow_down(std::move(options)).from(traffic(std::move(script), log)).to(out).build();
+    auto def =
+        rc::craft().id("api").slow_down(std::move(options)).from(traffic(std::move(script), log)).to(out).build();
     gate = dynamic_cast<const rc::keyed_gate*>(def.gates.at(0).get());
     REQUIRE(gate != nullptr);
     ctx.add(std::move(def));
@@ -397,7 +400,8 @@ TEST_CASE("keys beyond max_keys are forgotten once idle, or counted in one share
     gate_run r;
     std::vector<request> script;
     for (int i = 0; i < 20000; ++i) script.push_back({.client = fmt::format("client-{}", i)});
-    r.run(script, {.window = 10s, .delay_after = 3, .max_delay = 1s, .key = rc::by_header("x-client"), .max_keys = 100});
+    r.run(script,
+          {.window = 10s, .delay_after = 3, .max_delay = 1s, .key = rc::by_header("x-client"), .max_keys = 100});
     CHECK(r.gate->stats().keys == 100);
     CHECK(r.gate->stats().memory_bytes <= 100 * 256 + 1024);
     // The first 100 clients have a window each; the rest count together: hits 1, 2, 3, ...

@@ -6,11 +6,10 @@
 
 #include <memory>
 #include <optional>
+#include <rc/rc.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <rc/rc.hpp>
 
 namespace rc::test {
 

@@ -5,8 +5,8 @@
 // names it; requests are routed by method and path ("/items/:id" captures a segment, a trailing
 // "/*" matches the rest; the most literal pattern wins). HTTP/1.1 keep-alive. The request is the
 // exchange body (rc::http_request: method, target, path, query, headers, body as text and as JSON
-// when the content type says JSON, the peer and the resolved client). The route's final body is
-// the response:
+// when the content type says JSON, the peer and the resolved client; an X-Correlation-Id header
+// becomes the exchange's correlation id). The route's final body is the response:
 //   rc::http_response          as given (status, content type, headers, body; `json` when body empty)
 //   std::string                200 text/plain
 //   nlohmann::json, or any type that converts to it   200 application/json (null: 204)
@@ -42,13 +42,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "rc/endpoint.hpp"
 #include "rc/keys.hpp"
@@ -67,10 +66,10 @@ inline constexpr std::string_view http_response_headers_header = "routecraft.htt
 
 /// One HTTP request, the body of exchanges from rc::http_source.
 struct http_request {
-  std::string method;  // "GET"
-  std::string target;  // as sent: "/items/7?full=1"
-  std::string path;    // "/items/7" (not decoded)
-  std::string query;   // "full=1" (not decoded)
+  std::string method;   // "GET"
+  std::string target;   // as sent: "/items/7?full=1"
+  std::string path;     // "/items/7" (not decoded)
+  std::string query;    // "full=1" (not decoded)
   http_headers params;  // path parameters by name (":id" -> "7"), decoded; "*" for a trailing wildcard
   http_headers headers;
   std::string body;
@@ -91,8 +90,8 @@ struct http_request {
 struct http_response {
   int status = 200;
   std::string body;
-  std::string content_type;  // empty: text/plain for a body, none otherwise
-  http_headers headers;      // extra headers (hop-by-hop ones are not forwarded)
+  std::string content_type;            // empty: text/plain for a body, none otherwise
+  http_headers headers;                // extra headers (hop-by-hop ones are not forwarded)
   std::optional<nlohmann::json> json;  // client: the body parsed when JSON; server: sent when body is empty
   std::string url;                     // client: the URL called
 
@@ -125,10 +124,10 @@ struct http_server_options {
 
   std::size_t max_header_bytes = default_max_header_bytes;  // request line + headers: 431 beyond
   std::size_t max_body_bytes = default_max_body_bytes;      // 413 beyond
-  duration read_timeout = std::chrono::seconds(10);  // a whole request, from its first byte: 408
-  duration idle_timeout = std::chrono::seconds(5);   // keep-alive connection with no request: closed
-  duration write_timeout = std::chrono::seconds(10); // a response the client does not read: closed
-  std::size_t max_connections = default_max_connections;  // more at once: 503 and close
+  duration read_timeout = std::chrono::seconds(10);         // a whole request, from its first byte: 408
+  duration idle_timeout = std::chrono::seconds(5);          // keep-alive connection with no request: closed
+  duration write_timeout = std::chrono::seconds(10);        // a response the client does not read: closed
+  std::size_t max_connections = default_max_connections;    // more at once: 503 and close
   /// Addresses or CIDR blocks ("10.0.0.0/8", "::1", "loopback", "private") whose forwarding
   /// header is believed. Empty: the peer address is the client, whatever the headers say.
   std::vector<std::string> trusted_proxies;
@@ -191,19 +190,19 @@ struct http_options {
   static constexpr std::size_t default_max_response_bytes = 8 * 1024 * 1024;
   static constexpr std::size_t default_pool_size = 32;
 
-  std::string url;  // "http://host:port/path?query"
+  std::string url;                                       // "http://host:port/path?query"
   std::function<std::string(const exchange&)> url_from;  // computed per exchange; wins over url
   std::string method = "GET";
   http_headers headers;
   /// The request body; default: none for GET, HEAD, DELETE and OPTIONS, else the exchange's body
   /// (a string as text, rc::http_request's body as it came, anything else as JSON).
   std::function<std::string(const exchange&)> body;
-  std::string content_type;  // default: from the body (application/json or text/plain)
+  std::string content_type;                     // default: from the body (application/json or text/plain)
   duration timeout = std::chrono::seconds(30);  // connect + send + receive; also capped by the deadline
   std::size_t max_response_bytes = default_max_response_bytes;
-  std::size_t pool_size = default_pool_size;  // idle keep-alive connections kept per host
+  std::size_t pool_size = default_pool_size;     // idle keep-alive connections kept per host
   duration pool_idle = std::chrono::seconds(4);  // an idle connection older than this is not reused
-  bool throw_on_http_error = true;  // false: a non-2xx response is a result like any other
+  bool throw_on_http_error = true;               // false: a non-2xx response is a result like any other
 
   void validate() const;
 };

@@ -41,17 +41,49 @@ class rate_limit_step final : public wrapper, public keyed_gate {
     return windows_.stats();
   }
 
+  // A limiter never waits: with a synchronous inner step (or none, at route scope) it runs
+  // without a coroutine frame, and a route of synchronous steps stays on the fast path.
+  bool synchronous() const noexcept override { return inner_is_sync(); }
+
+  outcome run_now(exchange& ex, route_runtime& rt) override {
+    counted c = count(ex, rt);
+    if (!c.admitted) return std::move(c.refusal);
+    if (!options_.skip_successful && !options_.skip_failed) return run_inner_now(ex, rt);
+    if (!inner_) return give_back_at_finish(ex, rt, c);
+    return give_back_if_skipped(rt, c, run_inner_now(ex, rt));
+  }
+
   task<outcome> run(exchange& ex, route_runtime& rt) override {
+    counted c = count(ex, rt);
+    if (!c.admitted) co_return std::move(c.refusal);
+    if (!options_.skip_successful && !options_.skip_failed) co_return co_await run_inner(ex, rt);
+    if (!inner_) co_return give_back_at_finish(ex, rt, c);
+    outcome o = co_await run_inner(ex, rt);
+    co_return give_back_if_skipped(rt, c, std::move(o));
+  }
+
+ private:
+  struct counted {
+    bool admitted = false;
+    outcome refusal;  // when not admitted: RC5013, or RC5003 from the key selector
     std::string key;
+    bool overflow = false;
+    time_point counted_until{};
+  };
+
+  // Counts the hit, attaches the limit note, emits the event; refuses past the limit.
+  counted count(exchange& ex, route_runtime& rt) {
+    counted c;
     if (options_.key) {
       try {
-        key = options_.key(ex);
+        c.key = options_.key(ex);
       } catch (...) {
-        co_return outcome::failed(std::make_exception_ptr(error(
-            errc::misconfigured,
-            "rate_limit({ key }) selector threw; it must return a string for every exchange (" +
-                message_of(std::current_exception()) + ")",
-            false, std::current_exception())));
+        c.refusal = outcome::failed(std::make_exception_ptr(
+            error(errc::misconfigured,
+                  "rate_limit({ key }) selector threw; it must return a string for every exchange (" +
+                      message_of(std::current_exception()) + ")",
+                  false, std::current_exception())));
+        return c;
       }
     }
 
@@ -59,56 +91,58 @@ class rate_limit_step final : public wrapper, public keyed_gate {
     // The time is read under the lock so that a counter never sees time go backwards.
     time_point now{};
     hit_result hit{};
-    bool overflow = false;
     bool rejected = false;
     time_point retry_at{};
     {
       std::lock_guard lock(mutex_);
       now = rt.now();
       retry_at = now;
-      const auto counted = windows_.increment(key, now, options_.window);
-      hit = counted.hit;
-      overflow = counted.overflow;
+      const auto counted_hit = windows_.increment(c.key, now, options_.window);
+      hit = counted_hit.hit;
+      c.overflow = counted_hit.overflow;
       rejected = hit.hits > limit_;
       if (rejected) {
         // express: a refusal is a failed response, so skip_failed gives its hit back at once.
-        if (options_.skip_failed) windows_.give_back(key, overflow, now, hit.counted_until);
-        retry_at = counted.counter->retry_at(now, limit_);
+        if (options_.skip_failed) windows_.give_back(c.key, c.overflow, now, hit.counted_until);
+        retry_at = counted_hit.counter->retry_at(now, limit_);
         if (retry_at == time_point::max()) retry_at = hit.reset_at;  // limit 0: never; say the reset
       }
     }
+    c.counted_until = hit.counted_until;
 
     const duration reset = std::max(hit.reset_at - now, duration::zero());
     const duration retry_after = std::max(retry_at - now, duration::zero());
-    limit_note& note = add_note(ex, rt, key, hit.hits, reset, rejected, retry_after);
+    const limit_note& note = add_note(ex, rt, c.key, hit.hits, reset, rejected, retry_after);
 
     if (rejected) {
       rt.events().emit(event_id::rate_limit_rejected, [&] {
-        auto j = fields(ex, rt, key, overflow, note);
+        auto j = fields(ex, rt, c.key, c.overflow, note);
         j["retryAfterMs"] = to_ms(retry_after);
         return j;
       });
-      co_return outcome::failed(std::make_exception_ptr(refusal(note)));
+      c.refusal = outcome::failed(std::make_exception_ptr(refusal(note)));
+      return c;
     }
-    rt.events().emit(event_id::rate_limit_passed, [&] { return fields(ex, rt, key, overflow, note); });
-
-    const bool give_back_on_success = options_.skip_successful;
-    const bool give_back_on_failure = options_.skip_failed;
-    if (!give_back_on_success && !give_back_on_failure) co_return co_await run_inner(ex, rt);
-
-    if (!inner_) {
-      // Route scope: the run's final outcome decides.
-      ex.on_finish([this, &rt, key, overflow, until = hit.counted_until](bool succeeded) {
-        if (succeeded ? options_.skip_successful : options_.skip_failed) give_back(key, overflow, rt.now(), until);
-      });
-      co_return outcome::proceed();
-    }
-    outcome o = co_await run_inner(ex, rt);
-    if (o.ok() ? give_back_on_success : give_back_on_failure) give_back(key, overflow, rt.now(), hit.counted_until);
-    co_return o;
+    rt.events().emit(event_id::rate_limit_passed, [&] { return fields(ex, rt, c.key, c.overflow, note); });
+    c.admitted = true;
+    return c;
   }
 
- private:
+  // Route scope: the run's final outcome decides.
+  outcome give_back_at_finish(exchange& ex, route_runtime& rt, const counted& c) {
+    ex.on_finish([this, &rt, key = c.key, overflow = c.overflow, until = c.counted_until](bool succeeded) {
+      if (succeeded ? options_.skip_successful : options_.skip_failed) give_back(key, overflow, rt.now(), until);
+    });
+    return outcome::proceed();
+  }
+
+  // Step scope: the wrapped step's outcome decides.
+  outcome give_back_if_skipped(route_runtime& rt, const counted& c, outcome o) {
+    if (o.ok() ? options_.skip_successful : options_.skip_failed)
+      give_back(c.key, c.overflow, rt.now(), c.counted_until);
+    return o;
+  }
+
   void give_back(const std::string& key, bool overflow, time_point now, time_point counted_until) {
     std::lock_guard lock(mutex_);
     windows_.give_back(key, overflow, now, counted_until);
@@ -159,8 +193,8 @@ class rate_limit_step final : public wrapper, public keyed_gate {
   }
 
   error refusal(const limit_note& note) const {
-    std::string msg = fmt::format("rate_limit refused the exchange: limit of {} per {} reached", limit_,
-                                  ms_text(options_.window));
+    std::string msg =
+        fmt::format("rate_limit refused the exchange: limit of {} per {} reached", limit_, ms_text(options_.window));
     if (options_.key) msg += fmt::format(" for key \"{}\"", note.key);
     msg += fmt::format(" (hit {}). Retry after ~{}ms.", note.used,
                        static_cast<long long>(std::ceil(to_ms(note.retry_after))));

@@ -38,8 +38,7 @@ void slow_down_options::validate() const {
     }
   }
   if (max_delay < duration::zero() || max_delay > max_timer_wait)
-    invalid_option("slow_down", "max_delay", "a duration in [0, 2147483647ms] (the timer ceiling)",
-                   ms_text(max_delay));
+    invalid_option("slow_down", "max_delay", "a duration in [0, 2147483647ms] (the timer ceiling)", ms_text(max_delay));
   if (max_keys < 1 || max_keys > max_keys_limit)
     invalid_option("slow_down", "max_keys", "an integer in [1, 1000000]", max_keys);
   if (counting != rc::counting::sliding && counting != rc::counting::fixed)
@@ -68,11 +67,11 @@ class slow_down_step final : public wrapper, public keyed_gate {
       try {
         key = options_.key(ex);
       } catch (...) {
-        co_return outcome::failed(std::make_exception_ptr(error(
-            errc::misconfigured,
-            "slow_down({ key }) selector threw; it must return a string for every exchange (" +
-                message_of(std::current_exception()) + ")",
-            false, std::current_exception())));
+        co_return outcome::failed(std::make_exception_ptr(
+            error(errc::misconfigured,
+                  "slow_down({ key }) selector threw; it must return a string for every exchange (" +
+                      message_of(std::current_exception()) + ")",
+                  false, std::current_exception())));
       }
     }
 
@@ -95,11 +94,11 @@ class slow_down_step final : public wrapper, public keyed_gate {
     try {
       delay = delay_for(hit.hits);
     } catch (...) {
-      co_return outcome::failed(std::make_exception_ptr(error(
-          errc::misconfigured,
-          fmt::format("slow_down({{ delay }}) threw at hit {}; it must return a duration >= 0 for every hit ({})",
-                      hit.hits, message_of(std::current_exception())),
-          false, std::current_exception())));
+      co_return outcome::failed(std::make_exception_ptr(
+          error(errc::misconfigured,
+                fmt::format("slow_down({{ delay }}) threw at hit {}; it must return a duration >= 0 for every hit ({})",
+                            hit.hits, message_of(std::current_exception())),
+                false, std::current_exception())));
     }
     limit_note& note = add_note(ex, key, hit, arrival, delay);
 

@@ -53,9 +53,9 @@ struct rate_limit_options {
   std::string label;
   rc::counting counting = rc::counting::sliding;
   std::string message = std::string(default_message);  // the refusal's response body
-  int status = default_status;                          // the refusal's response status
-  bool skip_failed = false;      // a failed downstream outcome gives the hit back
-  bool skip_successful = false;  // a successful downstream outcome gives the hit back
+  int status = default_status;                         // the refusal's response status
+  bool skip_failed = false;                            // a failed downstream outcome gives the hit back
+  bool skip_successful = false;                        // a successful downstream outcome gives the hit back
   rate_limit_headers headers = rate_limit_headers::none;
   std::string policy;  // draft-8 quota name; empty = "<limit>-in-<window>" ("7-in-30sec")
 

@@ -58,6 +58,7 @@ class hit_delay {
   template <class Rep, class Period>
   hit_delay(std::chrono::duration<Rep, Period> constant)  // NOLINT(google-explicit-constructor)
       : constant_(std::chrono::duration_cast<value>(constant)) {}
+  // clang-format off
   template <class F>
     requires std::invocable<F&, std::uint64_t> &&
              detail::is_chrono_duration<std::decay_t<std::invoke_result_t<F&, std::uint64_t>>>
@@ -65,6 +66,7 @@ class hit_delay {
       : rule_([rule = std::move(rule)](std::uint64_t hit) mutable {
           return std::chrono::duration_cast<value>(rule(hit));
         }) {}
+  // clang-format on
 
   bool is_default() const noexcept { return !rule_ && !constant_; }
   const std::optional<value>& constant() const noexcept { return constant_; }
