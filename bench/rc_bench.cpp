@@ -2,12 +2,14 @@
 //
 //   rc-bench --scenario NAME [--n N] [--max-keys K]
 //
-// Prints one JSON object: scenario, n, seconds, per_second, peak_rss_mb, plus the scenario's own
-// figures. Every scenario runs on a real-time context (steady clock, one worker thread); the
-// calling thread only starts, drains and stops it. `seconds` runs from start() to the end of
-// drain() (stop() for inflight): it includes the source, not building the route or its values.
-// Memory figures are resident-set deltas against a baseline taken just before start(), so they
-// include allocator slack: they are what a user would see, not what the engine asked for.
+// Prints one JSON object: scenario, n, seconds, per_second, peak_rss_mb, cpu_seconds, plus the
+// scenario's own figures. Every scenario runs on a real-time context (steady clock, one worker
+// thread); the calling thread only starts, drains and stops it. `seconds` runs from start() to
+// the end of drain() (stop() for inflight): it includes the source, not building the route or
+// its values. Memory figures are resident-set deltas against a baseline taken just before
+// start(), so they include allocator slack: what a user would see, not what the engine asked for.
+// On a shared machine, take the median of several runs and quote the load; pacing also reports
+// how late a bare OS timer wakes on the same machine (os_timer_*), the floor for its lateness.
 //
 // Scenarios (issue 2, item 13):
 //   plain_seq      N exchanges sequence -> transform -> noop, one in flight at a time
@@ -20,6 +22,8 @@
 //   keys           N (1,000,000) distinct keys through a keyed throttle; bytes per key
 //   events         plain_seq with one subscriber on route:throttle:passed (never emitted here)
 #include <sys/resource.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -31,12 +35,11 @@
 #include <functional>
 #include <numeric>
 #include <optional>
+#include <rc/rc.hpp>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
-
-#include <rc/rc.hpp>
 
 namespace {
 
@@ -50,6 +53,14 @@ double peak_rss_mb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+/// CPU time of the whole process so far (all threads, user + system), seconds.
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
 }
 
 /// Current resident set, MiB (VmRSS from /proc/self/status).
@@ -104,12 +115,16 @@ result throughput(std::size_t n, Source make_source, wrap w, bool subscriber = f
     return v + 1;
   };
   switch (w) {
-    case wrap::none: ctx.add(std::move(route).transform(count).to(rc::noop())); break;
+    case wrap::none:
+      ctx.add(std::move(route).transform(count).to(rc::noop()));
+      break;
     case wrap::throttle:
       // burst = rate = 1e12/s: the bucket never runs dry, so every decision admits at once.
       ctx.add(std::move(route).throttle({.rate = 1e12}).transform(count).to(rc::noop()));
       break;
-    case wrap::retry: ctx.add(std::move(route).retry({.max_attempts = 3}).transform(count).to(rc::noop())); break;
+    case wrap::retry:
+      ctx.add(std::move(route).retry({.max_attempts = 3}).transform(count).to(rc::noop()));
+      break;
   }
   std::size_t seen = 0;
   rc::subscription sub;
@@ -167,7 +182,39 @@ result delay0(const run_config& c) {
 
 // ---- pacing: real-time accuracy of a throttle ---------------------------------------------------
 
+/// The machine's floor: how late a bare timerfd wakes a sleeping thread for `slots` absolute
+/// deadlines 1 ms apart (what Asio's reactor waits on), sorted, in microseconds. No engine code.
+std::vector<double> os_timer_lateness_us(int slots) {
+  std::vector<double> late;
+  const int fd = timerfd_create(CLOCK_MONOTONIC, 0);
+  if (fd < 0) return late;
+  timespec t0{};
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  const auto ns = [](const timespec& t) { return static_cast<long long>(t.tv_sec) * 1'000'000'000LL + t.tv_nsec; };
+  for (int k = 1; k <= slots; ++k) {
+    const long long due = ns(t0) + k * 1'000'000LL;
+    itimerspec spec{};
+    spec.it_value = {static_cast<time_t>(due / 1'000'000'000LL), static_cast<long>(due % 1'000'000'000LL)};
+    timerfd_settime(fd, TFD_TIMER_ABSTIME, &spec, nullptr);
+    std::uint64_t expirations = 0;
+    if (read(fd, &expirations, sizeof expirations) != static_cast<ssize_t>(sizeof expirations)) break;
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    late.push_back(static_cast<double>(ns(now) - due) / 1e3);
+  }
+  close(fd);
+  std::sort(late.begin(), late.end());
+  return late;
+}
+
+/// Nearest-rank percentile of sorted values.
+double percentile(const std::vector<double>& sorted, double p) {
+  const auto i = static_cast<std::size_t>(std::ceil(p * static_cast<double>(sorted.size())));
+  return sorted[std::min(i == 0 ? 0 : i - 1, sorted.size() - 1)];
+}
+
 result pacing(const run_config& c) {
+  const std::vector<double> floor_us = os_timer_lateness_us(1000);
   constexpr double rate = 1000;  // per second
   constexpr double burst = 1;
   rc::context ctx;
@@ -196,10 +243,7 @@ result pacing(const run_config& c) {
   }
   std::vector<double> sorted = late_us;
   std::sort(sorted.begin(), sorted.end());
-  const auto pct = [&](double p) {
-    const auto i = static_cast<std::size_t>(std::ceil(p * static_cast<double>(sorted.size()))) - 1;
-    return sorted[std::min(i, sorted.size() - 1)];
-  };
+  const auto pct = [&](double p) { return percentile(sorted, p); };
 
   // The most admitted in any closed 1 s window, and the worst excess over burst + rate * t for any
   // window [t_i, t_j] (t measured between two observed admissions).
@@ -222,10 +266,16 @@ result pacing(const run_config& c) {
   r.figures["window_bound"] = burst + rate * 1.0;
   r.figures["worst_window_excess"] = worst_excess;  // <= 0: burst + rate*t held for every window
   r.figures["min_lateness_us"] = sorted.front();
-  r.figures["mean_lateness_us"] = std::accumulate(late_us.begin(), late_us.end(), 0.0) / static_cast<double>(late_us.size());
+  r.figures["mean_lateness_us"] =
+      std::accumulate(late_us.begin(), late_us.end(), 0.0) / static_cast<double>(late_us.size());
   r.figures["p50_lateness_us"] = pct(0.50);
   r.figures["p99_lateness_us"] = pct(0.99);
   r.figures["max_lateness_us"] = sorted.back();
+  if (!floor_us.empty()) {
+    r.figures["os_timer_p50_lateness_us"] = percentile(floor_us, 0.50);
+    r.figures["os_timer_p99_lateness_us"] = percentile(floor_us, 0.99);
+    r.figures["os_timer_max_lateness_us"] = floor_us.back();
+  }
   return r;
 }
 
@@ -236,14 +286,10 @@ result inflight(const run_config& c) {
   std::atomic<std::size_t> admitted{0};
   std::vector<rc::time_point> times;  // worker thread; read after stop() joined it
   times.reserve(c.n);
-  ctx.add(rc::craft()
-              .id("inflight")
-              .from(rc::simple(iota_values(c.n)))
-              .throttle({.rate = 10})
-              .to([&](int&) {
-                times.push_back(ctx.now());
-                admitted.fetch_add(1, std::memory_order_relaxed);
-              }));
+  ctx.add(rc::craft().id("inflight").from(rc::simple(iota_values(c.n))).throttle({.rate = 10}).to([&](int&) {
+    times.push_back(ctx.now());
+    admitted.fetch_add(1, std::memory_order_relaxed);
+  }));
   const double before = rss_mb();
   const auto t0 = wall::now();
   ctx.start();
@@ -310,10 +356,14 @@ struct scenario {
 };
 
 constexpr scenario scenarios[] = {
-    {"plain_seq", 5'000'000, plain_seq},   {"plain_burst", 5'000'000, plain_burst},
-    {"throttle_open", 2'000'000, throttle_open}, {"retry_open", 2'000'000, retry_open},
-    {"delay0", 200'000, delay0},           {"pacing", 3'000, pacing},
-    {"inflight", 100'000, inflight},       {"keys", 1'000'000, keys},
+    {"plain_seq", 5'000'000, plain_seq},
+    {"plain_burst", 5'000'000, plain_burst},
+    {"throttle_open", 2'000'000, throttle_open},
+    {"retry_open", 2'000'000, retry_open},
+    {"delay0", 200'000, delay0},
+    {"pacing", 3'000, pacing},
+    {"inflight", 100'000, inflight},
+    {"keys", 1'000'000, keys},
     {"events", 5'000'000, events},
 };
 
@@ -349,17 +399,23 @@ int main(int argc, char** argv) {
     else
       usage("unknown argument");
   }
-  const auto it = std::find_if(std::begin(scenarios), std::end(scenarios), [&](const scenario& s) { return s.name == name; });
+  const auto it =
+      std::find_if(std::begin(scenarios), std::end(scenarios), [&](const scenario& s) { return s.name == name; });
   if (it == std::end(scenarios)) usage(name.empty() ? "--scenario is required" : "unknown scenario");
 
   const run_config config{n.value_or(it->default_n), max_keys};
   try {
+    const double cpu0 = cpu_seconds();
     result r = it->run(config);
+    const double cpu = cpu_seconds() - cpu0;
     nlohmann::json out = {{"scenario", it->name},
                           {"n", config.n},
                           {"seconds", r.seconds},
                           {"per_second", static_cast<double>(config.n) / r.seconds},
-                          {"peak_rss_mb", peak_rss_mb()}};
+                          {"peak_rss_mb", peak_rss_mb()},
+                          // CPU of the whole run (building the route included): steadier than
+                          // `seconds` on a shared machine.
+                          {"cpu_seconds", cpu}};
     for (auto& [k, v] : r.figures.items()) out[k] = v;
     std::printf("%s\n", out.dump().c_str());
   } catch (const std::exception& e) {

@@ -253,6 +253,7 @@ void body_response(exchange& ex, response_parts& r) {
   r.content_type = "application/json";
 }
 
+// The status and body of a refusal; its headers are added by response_for, over the notes.
 void refusal_response(const error& err, response_parts& r) {
   const auto& d = err.details();
   r.status = 429;
@@ -260,7 +261,6 @@ void refusal_response(const error& err, response_parts& r) {
     const int s = it->get<int>();
     if (s >= 400 && s <= 599) r.status = s;
   }
-  if (auto it = d.find("headers"); it != d.end()) append_json_headers(r.headers, *it);
   if (auto it = d.find("message"); it != d.end() && !it->is_null()) {
     if (it->is_string()) {
       r.body = it->get<std::string>();
@@ -273,26 +273,39 @@ void refusal_response(const error& err, response_parts& r) {
     r.body = error_body(err.code_string(), err.message());
     r.content_type = "application/json";
   }
-  if (!find_http_header(r.headers, "Retry-After")) {
+}
+
+void refusal_headers(const error& err, const exchange& ex, http_headers& out) {
+  const auto& d = err.details();
+  // A gate that refused and noted it (rate_limit) put the refusal's headers on its note already.
+  const bool noted =
+      std::any_of(ex.limit_notes().begin(), ex.limit_notes().end(), [](const limit_note& n) { return n.rejected; });
+  if (!noted)
+    if (auto it = d.find("headers"); it != d.end()) append_json_headers(out, *it);
+  if (!find_http_header(out, "Retry-After")) {
     double ms = 0;
     if (auto it = d.find("retry_after_ms"); it != d.end() && it->is_number()) ms = it->get<double>();
     const auto seconds = static_cast<long long>(std::ceil(std::max(0.0, ms) / 1000.0 - 1e-9));
-    r.headers.emplace_back("Retry-After", std::to_string(std::max(0LL, seconds)));
+    out.emplace_back("Retry-After", std::to_string(std::max(0LL, seconds)));
   }
 }
 
-void failure_response(const std::exception_ptr& failure, response_parts& r) {
+/// The status and body of a failed run; returns the refusal when it was one (RC5013).
+const error* failure_response(const std::exception_ptr& failure, response_parts& r) {
   r.content_type = "application/json";
   const error* err = error_of(failure);  // the executor normalised it: an rc::error, read in place
   if (err && err->code() == errc::rate_limited) {
     refusal_response(*err, r);
-  } else if (err && err->code() == errc::validation) {
+    return err;
+  }
+  if (err && err->code() == errc::validation) {
     r.status = 400;
     r.body = error_body(err->code_string(), err->message());
   } else {
     r.status = 500;
     r.body = error_body(err ? err->code_string() : code_string(errc::step_failed), "Internal Server Error");
   }
+  return nullptr;
 }
 
 }  // namespace
@@ -408,6 +421,7 @@ void merge_header(http_headers& out, std::string_view name, std::string_view val
 
 response_parts response_for(outcome& result, exchange& ex) {
   response_parts r;
+  const error* refusal = nullptr;
   if (result.ok()) {
     body_response(ex, r);
     if (const auto* s = ex.header(http_status_header); s && s->is_number_integer()) {
@@ -417,20 +431,12 @@ response_parts response_for(outcome& result, exchange& ex) {
   } else if (result.is_drop()) {
     r.status = 204;
   } else {
-    failure_response(result.error, r);
+    refusal = failure_response(result.error, r);
   }
-  // The gates' headers: on every response, success or not. A refusal's own headers (already in
-  // r.headers) are the latest word, so they go over the notes rather than under them.
-  if (!ex.limit_notes().empty()) {
-    if (r.headers.empty()) {
-      apply_limit_notes(r.headers, ex);
-    } else {
-      http_headers merged;
-      apply_limit_notes(merged, ex);
-      for (const auto& [k, v] : r.headers) merge_header(merged, k, v);
-      r.headers = std::move(merged);
-    }
-  }
+  // The gates' headers, on every response, success or not; then a refusal's own (the latest
+  // word: they go over the notes), with Retry-After always on a refusal.
+  apply_limit_notes(r.headers, ex);
+  if (refusal) refusal_headers(*refusal, ex, r.headers);
   if (const auto* extra = ex.header(http_response_headers_header)) append_json_headers(r.headers, *extra);
   return r;
 }

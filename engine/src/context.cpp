@@ -85,6 +85,9 @@ struct context::impl {
   std::condition_variable idle_cv;
   std::atomic<std::size_t> work{0};           // runs in flight + other tracked work
   std::atomic<std::size_t> finite_sources{0};  // finite sources still producing
+  // Every source coroutine still running, endless ones included. stop() waits for them after
+  // closing intake, so no source frame is left suspended when the executor stops.
+  std::atomic<std::size_t> open_sources{0};
   enum class state { created, started, stopped } phase = state::created;
   std::optional<stop_result> stopped_with;
 
@@ -154,12 +157,13 @@ struct context::impl {
       });
       bus->emit(event_id::context_error, [&] { return nlohmann::json{{"error", e}, {"route", rt.id()}}; });
     }
+    open_sources.fetch_sub(1);  // seq_cst: see notify()
     if (finite) {
       rt.source_done_.store(true);  // seq_cst: see route_runtime::end_run
       if (rt.in_flight_.load() == 0) rt.announce_stopped();
       finite_sources.fetch_sub(1);  // seq_cst: see notify()
-      notify();
     }
+    notify();
   }
 };
 
@@ -182,6 +186,7 @@ route_runtime& context::add(route_definition def) {
   impl_->bus->emit(event_id::route_registered, [&] { return nlohmann::json{{"routeId", rt.id()}}; });
   if (impl_->phase == impl::state::started) {
     if (rt.definition().source->finite()) impl_->finite_sources.fetch_add(1);
+    impl_->open_sources.fetch_add(1);
     rc::spawn([this, &rt] { return impl_->run_source(rt); });
   }
   return rt;
@@ -197,6 +202,7 @@ void context::start() {
   for (auto& r : m.routes) {
     m.bus->emit(event_id::route_starting, [&] { return nlohmann::json{{"routeId", r->id()}}; });
     if (r->definition().source->finite()) m.finite_sources.fetch_add(1);
+    m.open_sources.fetch_add(1);
     route_runtime* rt = r.get();
     asio::post(m.io, [&m, rt] { rc::spawn([&m, rt] { return m.run_source(*rt); }); });
   }
@@ -238,8 +244,8 @@ stop_result context::stop() {
     r->intake().fire();
     if (announce) m.bus->emit(event_id::route_stopped, [&] { return nlohmann::json{{"routeId", r->id()}}; });
   }
-  // Drain, bounded.
-  auto in_flight = [&] { return m.idle(); };
+  // Drain, bounded: in-flight exchanges finish and every source returns (intake is closed).
+  auto in_flight = [&] { return m.idle() && m.open_sources.load() == 0; };
   if (m.is_virtual) {
     const time_point limit = m.clock->now() + m.options.shutdown_timeout;
     m.run_virtual(limit, in_flight);

@@ -94,6 +94,7 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
     });
 }
 
+// spawn_run() repeats this loop in its own frame: keep the two in step.
 task<outcome> route_runtime::run_steps(std::span<const std::unique_ptr<step>> steps, exchange& ex) {
   for (const auto& s : steps) {
     time_point started{};

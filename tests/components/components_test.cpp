@@ -1,12 +1,11 @@
 // Built-in components (reference §11, issue 2 item 9): sources simple, sequence, generate, timer
 // and direct; destinations log, noop and spy. Virtual time throughout.
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <optional>
+#include <rc/rc.hpp>
 #include <stdexcept>
 #include <string>
-
-#include <catch2/catch.hpp>
-#include <rc/rc.hpp>
 
 #include "support/dsl_support.hpp"
 
@@ -130,7 +129,8 @@ TEST_CASE("a timer with no count ticks until the context stops") {
 }
 
 TEST_CASE("timer rejects a zero interval and a negative delay with RC5003") {
-  CHECK_THROWS_MATCHES(rc::timer({.interval = 0ms}), rc::error, rc_error(rc::errc::misconfigured, "timer({ interval })"));
+  CHECK_THROWS_MATCHES(rc::timer({.interval = 0ms}), rc::error,
+                       rc_error(rc::errc::misconfigured, "timer({ interval })"));
   CHECK_THROWS_MATCHES(rc::timer({.delay = -1ms}), rc::error, rc_error(rc::errc::misconfigured, "timer({ delay })"));
 }
 
@@ -139,7 +139,9 @@ TEST_CASE("timer rejects a zero interval and a negative delay with RC5003") {
 TEST_CASE("direct request/reply makes the endpoint route's final body the caller's body") {
   rc::context ctx(rc::virtual_time);
   rc::spy<std::string> out;
-  ctx.add(rc::craft().id("pricing").from(rc::direct<int>("pricing")).transform([](int v) { return "EUR " + std::to_string(v * 2); }));
+  ctx.add(rc::craft().id("pricing").from(rc::direct<int>("pricing")).transform([](int v) {
+    return "EUR " + std::to_string(v * 2);
+  }));
   ctx.add(rc::craft().id("caller").from(rc::simple(21)).request<std::string>(rc::direct<int>("pricing")).to(out));
   ctx.start();
   ctx.drain();
@@ -209,7 +211,8 @@ TEST_CASE("log writes one line per exchange with the route id and the body") {
   REQUIRE(sink != nullptr);
   {
     rc::context ctx(rc::virtual_time);
-    ctx.add(rc::craft().id("logged").from(rc::simple(std::vector<int>{7, 8, 9})).to(rc::log_destination("orders", sink)));
+    ctx.add(
+        rc::craft().id("logged").from(rc::simple(std::vector<int>{7, 8, 9})).to(rc::log_destination("orders", sink)));
     ctx.start();
     ctx.drain();
   }

@@ -1,10 +1,9 @@
 // The fluent builder (reference §1, §2, issue 2 item 2): stacking order, build-time errors,
 // the body type flowing through the steps, and every step kind.
-#include <stdexcept>
-#include <string>
-
 #include <catch2/catch.hpp>
 #include <rc/rc.hpp>
+#include <stdexcept>
+#include <string>
 
 #include "support/dsl_support.hpp"
 
@@ -197,7 +196,13 @@ TEST_CASE("a route without an id gets a unique one") {
 }
 
 TEST_CASE("title and description are kept on the route definition") {
-  auto def = rc::craft().id("x").title("Orders").description("Turns orders into invoices").from(rc::simple(1)).to(rc::noop()).build();
+  auto def = rc::craft()
+                 .id("x")
+                 .title("Orders")
+                 .description("Turns orders into invoices")
+                 .from(rc::simple(1))
+                 .to(rc::noop())
+                 .build();
   CHECK(def.id == "x");
   CHECK(def.title == "Orders");
   CHECK(def.description == "Turns orders into invoices");
@@ -257,7 +262,11 @@ TEST_CASE("filter keeps what matches and drops the rest with reason filtered") {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   event_recorder events(ctx, "route:exchange:dropped");
-  ctx.add(rc::craft().id("f").from(rc::simple(std::vector<int>{1, 2, 3, 4})).filter([](const int& v) { return v % 2 == 0; }).to(out));
+  ctx.add(rc::craft()
+              .id("f")
+              .from(rc::simple(std::vector<int>{1, 2, 3, 4}))
+              .filter([](const int& v) { return v % 2 == 0; })
+              .to(out));
   ctx.start();
   ctx.drain();
   CHECK(out.bodies() == std::vector<int>{2, 4});
@@ -269,7 +278,11 @@ TEST_CASE("filter keeps what matches and drops the rest with reason filtered") {
 TEST_CASE("a throwing filter predicate fails the exchange with RC5001") {
   rc::context ctx(rc::virtual_time);
   event_recorder events(ctx, "route:exchange:failed");
-  ctx.add(rc::craft().id("f").from(rc::simple(1)).filter([](const int&) -> bool { throw std::runtime_error("nope"); }).to(rc::noop()));
+  ctx.add(rc::craft()
+              .id("f")
+              .from(rc::simple(1))
+              .filter([](const int&) -> bool { throw std::runtime_error("nope"); })
+              .to(rc::noop()));
   ctx.start();
   ctx.drain();
   REQUIRE(events.count("route:exchange:failed") == 1);
@@ -316,12 +329,8 @@ TEST_CASE("to(function) returning the body type replaces the body; returning not
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   int seen = 0;
-  ctx.add(rc::craft()
-              .id("fn")
-              .from(rc::simple(4))
-              .to([](int& v) { return v * 10; })
-              .to([&](int& v) { seen = v; })
-              .to(out));
+  ctx.add(
+      rc::craft().id("fn").from(rc::simple(4)).to([](int& v) { return v * 10; }).to([&](int& v) { seen = v; }).to(out));
   ctx.start();
   ctx.drain();
   CHECK(seen == 40);

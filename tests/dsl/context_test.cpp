@@ -1,11 +1,10 @@
 // rc::context lifecycle (reference §9.1, issue 2 item 4): drain, graceful stop, single use,
 // registration errors, options, and a real-time multi-thread throttle.
 #include <algorithm>
-#include <chrono>
-#include <string>
-
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <rc/rc.hpp>
+#include <string>
 
 #include "support/dsl_support.hpp"
 

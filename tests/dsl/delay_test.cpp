@@ -1,9 +1,8 @@
 // Delay through the DSL (reference §7.1, §14 delay scenarios, issue 2 item 8), in virtual time.
-#include <stdexcept>
-#include <string>
-
 #include <catch2/catch.hpp>
 #include <rc/rc.hpp>
+#include <stdexcept>
+#include <string>
 
 #include "support/dsl_support.hpp"
 

@@ -1,12 +1,11 @@
 // The event bus as a route author sees it (reference §8, issue 2 item 5).
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <memory>
+#include <rc/rc.hpp>
 #include <regex>
 #include <stdexcept>
 #include <string>
-
-#include <catch2/catch.hpp>
-#include <rc/rc.hpp>
 
 #include "support/dsl_support.hpp"
 
@@ -30,16 +29,20 @@ struct quiet_log {
 TEST_CASE("the happy path simple -> transform -> to(log) emits the reference's sequence exactly") {
   rc::context ctx(rc::virtual_time);
   quiet_log log;
-  ctx.add(rc::craft().id("hello").from(rc::simple(std::string("hi"))).transform([](std::string s) { return s + "!"; }).to(log.destination()));
+  ctx.add(rc::craft()
+              .id("hello")
+              .from(rc::simple(std::string("hi")))
+              .transform([](std::string s) { return s + "!"; })
+              .to(log.destination()));
   event_recorder events(ctx);
   ctx.start();
   ctx.drain();
   ctx.stop();
-  CHECK(events.names() == std::vector<std::string>{
-                              "context:starting", "context:started", "route:starting", "route:started",
-                              "route:exchange:started", "route:step:started", "route:step:completed",
-                              "route:step:started", "route:step:completed", "route:exchange:completed",
-                              "route:stopping", "route:stopped", "context:stopping", "context:stopped"});
+  CHECK(events.names() == std::vector<std::string>{"context:starting", "context:started", "route:starting",
+                                                   "route:started", "route:exchange:started", "route:step:started",
+                                                   "route:step:completed", "route:step:started", "route:step:completed",
+                                                   "route:exchange:completed", "route:stopping", "route:stopped",
+                                                   "context:stopping", "context:stopped"});
   const auto steps = events.named("route:step:started");
   REQUIRE(steps.size() == 2);
   CHECK(steps[0].details["operation"] == "transform");
@@ -51,7 +54,8 @@ TEST_CASE("the happy path simple -> transform -> to(log) emits the reference's s
   CHECK(completed[0].details["duration"].is_number());
 }
 
-TEST_CASE("a transform that throws emits step:error, route:error, context:error, exchange:failed and no step:completed") {
+TEST_CASE(
+    "a transform that throws emits step:error, route:error, context:error, exchange:failed and no step:completed") {
   rc::context ctx(rc::virtual_time);
   quiet_log log;
   ctx.add(rc::craft()
@@ -63,11 +67,11 @@ TEST_CASE("a transform that throws emits step:error, route:error, context:error,
   ctx.start();
   ctx.drain();
   ctx.stop();
-  CHECK(events.names() == std::vector<std::string>{
-                              "context:starting", "context:started", "route:starting", "route:started",
-                              "route:exchange:started", "route:step:started", "route:step:error", "route:error",
-                              "context:error", "route:exchange:failed", "route:stopping", "route:stopped",
-                              "context:stopping", "context:stopped"});
+  CHECK(events.names() == std::vector<std::string>{"context:starting", "context:started", "route:starting",
+                                                   "route:started", "route:exchange:started", "route:step:started",
+                                                   "route:step:error", "route:error", "context:error",
+                                                   "route:exchange:failed", "route:stopping", "route:stopped",
+                                                   "context:stopping", "context:stopped"});
   const auto step_error = events.named("route:step:error");
   REQUIRE(step_error.size() == 1);
   CHECK(step_error[0].details["operation"] == "transform");
@@ -83,12 +87,14 @@ TEST_CASE("the catch-all \"*\" sees every event in emission order, each tagged w
   auto tags_match = std::make_shared<bool>(true);
   rc::subscription s1 = ctx.on("route:exchange:started", [order](const rc::event& e) { order->emplace_back(e.name); });
   rc::subscription s2 = ctx.on("route:step:started", [order](const rc::event& e) { order->emplace_back(e.name); });
-  rc::subscription s3 = ctx.on("route:exchange:completed", [order](const rc::event& e) { order->emplace_back(e.name); });
+  rc::subscription s3 =
+      ctx.on("route:exchange:completed", [order](const rc::event& e) { order->emplace_back(e.name); });
   rc::subscription star = ctx.on("*", [all, tags_match](const rc::event& e) {
     all->emplace_back(e.name);
     if (e.to_json()["_event"] != std::string(e.name)) *tags_match = false;
   });
-  ctx.add(rc::craft().id("r").from(rc::simple(std::vector<int>{1, 2})).transform([](int v) { return v; }).to(rc::noop()));
+  ctx.add(
+      rc::craft().id("r").from(rc::simple(std::vector<int>{1, 2})).transform([](int v) { return v; }).to(rc::noop()));
   ctx.start();
   ctx.drain();
   std::vector<std::string> filtered;
@@ -118,7 +124,8 @@ TEST_CASE("subscribing to a pattern other than \"*\" is RC2001") {
   rc::context ctx(rc::virtual_time);
   for (const char* pattern : {"route:*", "route:**", "route:*:exchange:*", "plugin:*:*", "**"}) {
     INFO(pattern);
-    CHECK_THROWS_MATCHES(ctx.on(pattern, [](const rc::event&) {}), rc::error, rc_error(rc::errc::invalid_dsl, "pattern"));
+    CHECK_THROWS_MATCHES(ctx.on(pattern, [](const rc::event&) {}), rc::error,
+                         rc_error(rc::errc::invalid_dsl, "pattern"));
   }
 }
 
@@ -206,7 +213,8 @@ TEST_CASE("an explicit unsubscribe stops the handler at once") {
 TEST_CASE("a handler that throws is reported as context:error and the pipeline still delivers") {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
-  rc::subscription bad = ctx.on("route:exchange:started", [](const rc::event&) { throw std::runtime_error("handler bug"); });
+  rc::subscription bad =
+      ctx.on("route:exchange:started", [](const rc::event&) { throw std::runtime_error("handler bug"); });
   event_recorder errors(ctx, "context:error");
   ctx.add(rc::craft().id("r").from(rc::simple(std::vector<int>{1, 2})).to(out));
   ctx.start();
@@ -238,7 +246,8 @@ TEST_CASE("the payload envelope is {ts, contextId, details, _event} with an ISO-
   rc::context ctx(rc::virtual_time, {.id = "ctx-test"});
   event_recorder events(ctx, "route:throttle:delayed");
   event_recorder completed(ctx, "route:exchange:completed");
-  ctx.add(rc::craft().id("r").from(rc::simple(std::vector<int>{1, 2})).throttle({.rate = 2, .burst = 1}).to(rc::noop()));
+  ctx.add(
+      rc::craft().id("r").from(rc::simple(std::vector<int>{1, 2})).throttle({.rate = 2, .burst = 1}).to(rc::noop()));
   ctx.start();
   ctx.drain();
   REQUIRE(events.count("route:throttle:delayed") == 1);

@@ -1,11 +1,10 @@
 // Retry through the DSL (reference §6, §14 retry scenarios, issue 2 item 7), in virtual time.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <functional>
+#include <rc/rc.hpp>
 #include <stdexcept>
 #include <string>
-
-#include <catch2/catch.hpp>
-#include <rc/rc.hpp>
 
 #include "support/dsl_support.hpp"
 
@@ -163,7 +162,11 @@ TEST_CASE("backoff 10 ms with factor 2 waits 10 then 20 ms") {
   rc::context ctx(rc::virtual_time);
   event_recorder events(ctx);
   std::vector<rc::duration> calls;
-  ctx.add(rc::craft().id("r").from(rc::simple(1)).retry({.max_attempts = 3, .backoff = 10ms, .factor = 2}).to(flaky{100, &calls, &ctx}));
+  ctx.add(rc::craft()
+              .id("r")
+              .from(rc::simple(1))
+              .retry({.max_attempts = 3, .backoff = 10ms, .factor = 2})
+              .to(flaky{100, &calls, &ctx}));
   ctx.start();
   ctx.drain();
   CHECK(backoffs(events) == std::vector<double>{10, 20});
@@ -174,7 +177,11 @@ TEST_CASE("backoff 0 with factor 2 waits 0 and 0 ms") {
   rc::context ctx(rc::virtual_time);
   event_recorder events(ctx);
   std::vector<rc::duration> calls;
-  ctx.add(rc::craft().id("r").from(rc::simple(1)).retry({.max_attempts = 3, .backoff = 0ms, .factor = 2}).to(flaky{100, &calls, &ctx}));
+  ctx.add(rc::craft()
+              .id("r")
+              .from(rc::simple(1))
+              .retry({.max_attempts = 3, .backoff = 0ms, .factor = 2})
+              .to(flaky{100, &calls, &ctx}));
   ctx.start();
   ctx.drain();
   CHECK(backoffs(events) == std::vector<double>{0, 0});
@@ -237,7 +244,8 @@ TEST_CASE("retry rejects max_attempts 0 with RC5003 naming max_attempts, in both
   CHECK_THROWS_MATCHES(rc::craft().retry({.max_attempts = 0}), rc::error,
                        rc_error(rc::errc::misconfigured, "retry({ max_attempts })"));
   auto b = rc::craft().id("v").from(rc::simple(1));
-  CHECK_THROWS_MATCHES(std::move(b).retry({.max_attempts = 0}), rc::error, rc_error(rc::errc::misconfigured, "max_attempts"));
+  CHECK_THROWS_MATCHES(std::move(b).retry({.max_attempts = 0}), rc::error,
+                       rc_error(rc::errc::misconfigured, "max_attempts"));
 }
 
 TEST_CASE("retry rejects a negative backoff with RC5003 naming backoff, in both scopes") {
@@ -248,10 +256,12 @@ TEST_CASE("retry rejects a negative backoff with RC5003 naming backoff, in both 
 }
 
 TEST_CASE("retry rejects a factor below 1, a max_backoff below 1 ms and a jitter outside [0, 1] with RC5003") {
-  CHECK_THROWS_MATCHES(rc::craft().retry({.factor = 0.5}), rc::error, rc_error(rc::errc::misconfigured, "retry({ factor })"));
+  CHECK_THROWS_MATCHES(rc::craft().retry({.factor = 0.5}), rc::error,
+                       rc_error(rc::errc::misconfigured, "retry({ factor })"));
   CHECK_THROWS_MATCHES(rc::craft().retry({.max_backoff = 0ms}), rc::error,
                        rc_error(rc::errc::misconfigured, "retry({ max_backoff })"));
-  CHECK_THROWS_MATCHES(rc::craft().retry({.jitter = 1.5}), rc::error, rc_error(rc::errc::misconfigured, "retry({ jitter })"));
+  CHECK_THROWS_MATCHES(rc::craft().retry({.jitter = 1.5}), rc::error,
+                       rc_error(rc::errc::misconfigured, "retry({ jitter })"));
   CHECK_THROWS_MATCHES(rc::craft().retry({.jitter = -0.1}), rc::error, rc_error(rc::errc::misconfigured, "jitter"));
 }
 

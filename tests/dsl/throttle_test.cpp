@@ -1,12 +1,11 @@
 // Throttle through the DSL (reference §5, §14 throttle scenarios, issue 2 item 6), in virtual
 // time: every arrival and admission time is asserted exactly.
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <rc/rc.hpp>
 #include <stdexcept>
 #include <string>
-
-#include <catch2/catch.hpp>
-#include <rc/rc.hpp>
 
 #include "support/dsl_support.hpp"
 
@@ -42,7 +41,8 @@ TEST_CASE("throttle at rate 5 delivers 7 simultaneous exchanges: five at once, t
   CHECK(events.count("route:exchange:failed") == 0);
 }
 
-TEST_CASE("throttle at rate 5 with 6 simultaneous exchanges: 6 passed (5 unwaited, 1 waited) and 1 delayed, scope step") {
+TEST_CASE(
+    "throttle at rate 5 with 6 simultaneous exchanges: 6 passed (5 unwaited, 1 waited) and 1 delayed, scope step") {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   event_recorder events(ctx);
@@ -78,7 +78,11 @@ TEST_CASE("an exchange arriving during a backlog queues behind it and waits for 
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   event_recorder events(ctx, "route:throttle:delayed");
-  ctx.add(rc::craft().id("fifo").from(rc::test::arrivals({0ms, 0ms, 0ms, 100ms})).throttle({.rate = 2, .burst = 1}).to(out));
+  ctx.add(rc::craft()
+              .id("fifo")
+              .from(rc::test::arrivals({0ms, 0ms, 0ms, 100ms}))
+              .throttle({.rate = 2, .burst = 1})
+              .to(out));
   ctx.start();
   ctx.drain();
   CHECK(out.bodies() == range(4));
@@ -157,8 +161,13 @@ TEST_CASE("rate 600 per minute admits 3 simultaneous exchanges at once") {
 TEST_CASE("per hour and per day spread the rate over the whole window") {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> hourly, daily;
-  ctx.add(rc::craft().id("h").from(rc::simple(range(2))).throttle({.rate = 2, .per = rc::per::hour, .burst = 1}).to(hourly));
-  ctx.add(rc::craft().id("d").from(rc::simple(range(2))).throttle({.rate = 4, .per = rc::per::day, .burst = 1}).to(daily));
+  ctx.add(rc::craft()
+              .id("h")
+              .from(rc::simple(range(2)))
+              .throttle({.rate = 2, .per = rc::per::hour, .burst = 1})
+              .to(hourly));
+  ctx.add(
+      rc::craft().id("d").from(rc::simple(range(2))).throttle({.rate = 4, .per = rc::per::day, .burst = 1}).to(daily));
   ctx.start();
   ctx.drain();
   CHECK(hourly.times() == std::vector<rc::duration>{0ns, 30min});
@@ -218,7 +227,11 @@ TEST_CASE("reject mode at rate 1 in step scope delivers 1 of 3 and fails 2 with 
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   event_recorder events(ctx);
-  ctx.add(rc::craft().id("rej").from(rc::simple(range(3))).throttle({.rate = 1, .mode = rc::throttle_mode::reject}).to(out));
+  ctx.add(rc::craft()
+              .id("rej")
+              .from(rc::simple(range(3)))
+              .throttle({.rate = 1, .mode = rc::throttle_mode::reject})
+              .to(out));
   ctx.start();
   ctx.drain();
   CHECK(out.bodies() == std::vector<int>{0});
@@ -237,7 +250,11 @@ TEST_CASE("reject mode at rate 1 in route scope delivers 1 of 3 and fails 2 with
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   event_recorder events(ctx);
-  ctx.add(rc::craft().id("rej").throttle({.rate = 1, .mode = rc::throttle_mode::reject}).from(rc::simple(range(3))).to(out));
+  ctx.add(rc::craft()
+              .id("rej")
+              .throttle({.rate = 1, .mode = rc::throttle_mode::reject})
+              .from(rc::simple(range(3)))
+              .to(out));
   ctx.start();
   ctx.drain();
   CHECK(out.bodies() == std::vector<int>{0});
@@ -271,7 +288,11 @@ TEST_CASE("an RC5013 refusal carries retry_after_ms in its details and the same 
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   event_recorder events(ctx);
-  ctx.add(rc::craft().id("rej").from(rc::simple(range(2))).throttle({.rate = 1, .mode = rc::throttle_mode::reject}).to(out));
+  ctx.add(rc::craft()
+              .id("rej")
+              .from(rc::simple(range(2)))
+              .throttle({.rate = 1, .mode = rc::throttle_mode::reject})
+              .to(out));
   ctx.start();
   ctx.drain();
   const auto failed = events.named("route:exchange:failed");
@@ -423,7 +444,8 @@ TEST_CASE("passed and delayed events carry every field: identity, scope, label, 
               .id("fields")
               .from(rc::simple(range(2)))
               .header("tenant", "acme")
-              .throttle({.rate = 1, .key = [](const rc::exchange& ex) { return ex.header_or("tenant", "anonymous"); },
+              .throttle({.rate = 1,
+                         .key = [](const rc::exchange& ex) { return ex.header_or("tenant", "anonymous"); },
                          .label = "per-tenant"})
               .to(out));
   ctx.start();
@@ -492,7 +514,9 @@ TEST_CASE("a full key table refuses a new key with RC5013 rather than admitting 
   ctx.add(rc::craft()
               .id("full")
               .from(rc::test::arrivals_source<std::string>({{0ms, "a"}, {0ms, "b"}, {0ms, "c"}, {1000ms, "c"}}))
-              .throttle({.rate = 1, .burst = 1, .key = [](const rc::exchange& ex) { return ex.body<std::string>(); },
+              .throttle({.rate = 1,
+                         .burst = 1,
+                         .key = [](const rc::exchange& ex) { return ex.body<std::string>(); },
                          .max_keys = 2})
               .to(out));
   ctx.start();
@@ -519,7 +543,8 @@ TEST_CASE("2,000,000 distinct keys through max_keys 10,000 are all admitted and 
   ctx.add(rc::craft()
               .id("keys")
               .from(rc::test::paced_counter(keys, 1us))
-              .throttle({.rate = 1000, .burst = 1,
+              .throttle({.rate = 1000,
+                         .burst = 1,
                          .key = [](const rc::exchange& ex) { return std::to_string(ex.body<std::uint64_t>()); },
                          .max_keys = 10'000})
               .to([&](std::uint64_t&) { ++delivered; }));

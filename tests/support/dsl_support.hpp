@@ -2,16 +2,15 @@
 // schedule, a Catch matcher for rc::error, and a reading of the process's resident memory.
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <rc/rc.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <catch2/catch.hpp>
-#include <rc/rc.hpp>
 
 namespace rc::test {
 

@@ -51,6 +51,7 @@ class cancel_signal {
   // so a stop admits waiting exchanges in the order they started waiting (throttle FIFO holds).
   timer_wait* head_ = nullptr;
   timer_wait* tail_ = nullptr;
+  bool detaching_ = false;  // fire() is still detaching waits; guarded by owner_->mutex_
   std::vector<std::function<void()>> callbacks_;
 };
 
