@@ -254,14 +254,14 @@ void body_response(exchange& ex, response_parts& r) {
 }
 
 // The status and body of a refusal; its headers are added by response_for, over the notes.
+// Single fields through detail(): a gate's deferred refusal answers them without building details.
 void refusal_response(const error& err, response_parts& r) {
-  const auto& d = err.details();
   r.status = 429;
-  if (auto it = d.find("status"); it != d.end() && it->is_number_integer()) {
+  if (const auto* it = err.detail("status"); it && it->is_number_integer()) {
     const int s = it->get<int>();
     if (s >= 400 && s <= 599) r.status = s;
   }
-  if (auto it = d.find("message"); it != d.end() && !it->is_null()) {
+  if (const auto* it = err.detail("message"); it && !it->is_null()) {
     if (it->is_string()) {
       r.body = it->get<std::string>();
       r.content_type = "text/plain; charset=utf-8";
@@ -276,15 +276,14 @@ void refusal_response(const error& err, response_parts& r) {
 }
 
 void refusal_headers(const error& err, const exchange& ex, http_headers& out) {
-  const auto& d = err.details();
   // A gate that refused and noted it (rate_limit) put the refusal's headers on its note already.
   const bool noted =
       std::any_of(ex.limit_notes().begin(), ex.limit_notes().end(), [](const limit_note& n) { return n.rejected; });
   if (!noted)
-    if (auto it = d.find("headers"); it != d.end()) append_json_headers(out, *it);
+    if (const auto* it = err.detail("headers")) append_json_headers(out, *it);
   if (!find_http_header(out, "Retry-After")) {
     double ms = 0;
-    if (auto it = d.find("retry_after_ms"); it != d.end() && it->is_number()) ms = it->get<double>();
+    if (const auto* it = err.detail("retry_after_ms"); it && it->is_number()) ms = it->get<double>();
     const auto seconds = static_cast<long long>(std::ceil(std::max(0.0, ms) / 1000.0 - 1e-9));
     out.emplace_back("Retry-After", std::to_string(std::max(0LL, seconds)));
   }

@@ -1,6 +1,7 @@
 #include "rc/error.hpp"
 
 #include <cstring>
+#include <mutex>
 #include <typeinfo>
 
 #include <fmt/format.h>
@@ -57,6 +58,86 @@ error::error(errc code, std::string message, bool retryable, std::exception_ptr 
       cause_(std::move(cause)),
       details_(details.is_object() ? std::move(details) : nlohmann::json::object()),
       what_(fmt::format("{}: {}", rc::code_string(code_), message_)) {}
+
+error::error(errc code, std::shared_ptr<const deferred> fields, bool retryable)
+    : code_(code), retryable_(retryable), deferred_(std::move(fields)) {}
+
+// A copy shares the (immutable) source and builds its own fields when read; built fields are
+// copied as they are.
+error::error(const error& other)
+    : std::exception(other), code_(other.code_), retryable_(other.retryable_), cause_(other.cause_) {
+  *this = other;
+}
+
+error::error(error&& other) noexcept
+    : std::exception(other), code_(other.code_), retryable_(other.retryable_), cause_(other.cause_) {
+  *this = std::move(other);
+}
+
+error& error::operator=(const error& other) {
+  if (this == &other) return *this;
+  std::exception::operator=(other);
+  code_ = other.code_;
+  retryable_ = other.retryable_;
+  cause_ = other.cause_;
+  deferred_ = other.deferred_;
+  const bool built = !other.deferred_ || other.ready_.load(std::memory_order_acquire);
+  if (built) {
+    message_ = other.message_;
+    details_ = other.details_;
+    what_ = other.what_;
+  } else {
+    message_.clear();
+    details_ = nullptr;
+    what_.clear();
+  }
+  ready_.store(built && deferred_, std::memory_order_release);
+  return *this;
+}
+
+error& error::operator=(error&& other) noexcept {
+  if (this == &other) return *this;
+  std::exception::operator=(other);
+  code_ = other.code_;
+  retryable_ = other.retryable_;
+  cause_ = std::move(other.cause_);
+  const bool built = !other.deferred_ || other.ready_.load(std::memory_order_acquire);
+  deferred_ = std::move(other.deferred_);
+  message_ = std::move(other.message_);
+  details_ = std::move(other.details_);
+  what_ = std::move(other.what_);
+  ready_.store(built && deferred_, std::memory_order_release);
+  return *this;
+}
+
+void error::build() const {
+  // Rare (someone reads a deferred error's text or details) and short: one lock for all errors.
+  static std::mutex building;
+  std::lock_guard lock(building);
+  if (ready_.load(std::memory_order_relaxed)) return;
+  message_ = deferred_->message();
+  nlohmann::json d = deferred_->details();
+  details_ = d.is_object() ? std::move(d) : nlohmann::json::object();
+  what_ = fmt::format("{}: {}", rc::code_string(code_), message_);
+  ready_.store(true, std::memory_order_release);
+}
+
+const nlohmann::json* error::detail(std::string_view name) const {
+  if (deferred_ && !ready_.load(std::memory_order_acquire))
+    if (const nlohmann::json* field = deferred_->field(name)) return field;
+  const nlohmann::json& d = details();
+  const auto it = d.find(name);
+  return it == d.end() ? nullptr : &*it;
+}
+
+const char* error::what() const noexcept {
+  try {
+    materialise();
+  } catch (...) {
+    return "rc::error (its message could not be built)";
+  }
+  return what_.c_str();
+}
 
 std::string message_of(const std::exception_ptr& e) {
   try {

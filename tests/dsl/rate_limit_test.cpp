@@ -693,3 +693,40 @@ TEST_CASE("a rate_limit never waits, so a route of synchronous steps stays on th
   ctx.drain();
   CHECK(out.bodies() == std::vector<int>{1, 2});
 }
+
+TEST_CASE("a refusal's message and details are built on first read, the same for every copy") {
+  limit_run r;
+  r.run(burst(3), {.limit = 2,
+                   .window = 30s,
+                   .key = rc::by_header("x-client"),
+                   .label = "per-client",
+                   .headers = rate_limit_headers::draft_7 | rate_limit_headers::legacy});
+  REQUIRE(r.log[3].refused());
+  const rc::error& err = *r.log[3].failure;
+  const rc::error copy_before = err;  // copied before anything was read
+  const std::string message =
+      "rate_limit refused the exchange: limit of 2 per 30000ms reached for key \"a\" (hit 3). Retry after ~30000ms.";
+  CHECK(err.message() == message);
+  CHECK(std::string(err.what()) == "RC5013: " + message);
+  const auto& d = err.details();
+  CHECK(d["key"] == "a");
+  CHECK(d["label"] == "per-client");
+  CHECK(d["used"] == 3);
+  CHECK(headers_in(d) == r.log[3].note("rateLimit")->headers);  // legacy ones too, from the same clock
+  for (const char* field : {"status", "message", "retry_after_ms", "headers", "policy", "missing"}) {
+    CAPTURE(field);
+    const auto it = d.find(field);
+    const nlohmann::json* one = copy_before.detail(field);
+    REQUIRE((one != nullptr) == (it != d.end()));
+    if (one) CHECK(*one == *it);
+  }
+  const rc::error copy_after = err;
+  rc::error moved = rc::error(copy_before);
+  for (const rc::error* e : {&copy_before, &copy_after, static_cast<const rc::error*>(&moved)}) {
+    CHECK(e->code() == rc::errc::rate_limited);
+    CHECK(e->retryable());
+    CHECK(e->message() == message);
+    CHECK(std::string(e->what()) == std::string(err.what()));
+    CHECK(e->details() == d);
+  }
+}

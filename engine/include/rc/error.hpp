@@ -5,7 +5,9 @@
 // `retry_after_ms`, which transports read instead of parsing messages.
 #pragma once
 
+#include <atomic>
 #include <exception>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -42,29 +44,65 @@ std::string_view code_meaning(errc code) noexcept;
 
 class error : public std::exception {
  public:
+  /// A raise site on a hot path (a gate's refusal) may defer its message and details: they are
+  /// built once, on first read (message(), details(), what()), from an immutable source. Every
+  /// read sees exactly what an eager error would hold; detail() can answer single fields from the
+  /// source without building the rest.
+  struct deferred {
+    virtual ~deferred() = default;
+    virtual std::string message() const = 0;
+    virtual nlohmann::json details() const = 0;  // an object
+    /// One field of details() if the source has it at hand (else null: details() is built).
+    virtual const nlohmann::json* field(std::string_view) const noexcept { return nullptr; }
+  };
+
   error(errc code, std::string message);
   error(errc code, std::string message, bool retryable, std::exception_ptr cause = nullptr,
         nlohmann::json details = nlohmann::json::object());
+  error(errc code, std::shared_ptr<const deferred> fields, bool retryable);
+  error(const error& other);
+  error(error&& other) noexcept;
+  error& operator=(const error& other);
+  error& operator=(error&& other) noexcept;
+  ~error() override = default;
 
   errc code() const noexcept { return code_; }
   std::string code_string() const { return rc::code_string(code_); }
-  const std::string& message() const noexcept { return message_; }
+  const std::string& message() const {
+    materialise();
+    return message_;
+  }
   bool retryable() const noexcept { return retryable_; }
   const std::exception_ptr& cause() const noexcept { return cause_; }
   /// Structured fields for machines (retry_after_ms, limit, key, ...). Always an object.
-  const nlohmann::json& details() const noexcept { return details_; }
-  nlohmann::json& details() noexcept { return details_; }
+  const nlohmann::json& details() const {
+    materialise();
+    return details_;
+  }
+  nlohmann::json& details() {
+    materialise();
+    return details_;
+  }
+  /// details()[name] or null when absent; a deferred error answers from its source when it can.
+  const nlohmann::json* detail(std::string_view name) const;
 
   /// "RC5013: <message>"
-  const char* what() const noexcept override { return what_.c_str(); }
+  const char* what() const noexcept override;
 
  private:
+  void materialise() const {
+    if (deferred_ && !ready_.load(std::memory_order_acquire)) build();
+  }
+  void build() const;
+
   errc code_;
-  std::string message_;
+  mutable std::string message_;
   bool retryable_;
   std::exception_ptr cause_;
-  nlohmann::json details_;
-  std::string what_;
+  mutable nlohmann::json details_;
+  mutable std::string what_;
+  std::shared_ptr<const deferred> deferred_;  // null for an eager error
+  mutable std::atomic<bool> ready_{false};    // deferred fields built
 };
 
 /// Turns any exception into an rc::error: rc::error passes through unchanged; anything else

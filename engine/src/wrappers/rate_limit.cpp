@@ -26,6 +26,103 @@ void rate_limit_options::validate() const {
 
 namespace {
 
+// What every refusal of one gate shares, built once with the gate.
+struct refusal_shape {
+  refusal_shape(const rate_limit_options& o, std::uint64_t limit, const std::string& policy)
+      : status(o.status),
+        message(o.message),
+        limit(limit),
+        window(o.window),
+        keyed(static_cast<bool>(o.key)),
+        headers(o.headers),
+        policy(policy),
+        label(o.label),
+        reached(fmt::format("rate_limit refused the exchange: limit of {} per {} reached", limit, ms_text(o.window))) {}
+
+  nlohmann::json status;   // details' "status"
+  nlohmann::json message;  // details' "message"
+  std::uint64_t limit;
+  duration window;
+  bool keyed;
+  rate_limit_headers headers;
+  std::string policy;
+  std::string label;
+  std::string reached;  // the message's fixed start
+};
+
+// One refusal's RC5013 fields, built only when read: the message and the 13-field details with
+// their header list are what an eager error held, byte for byte. A transport reads status,
+// message and retry_after_ms through error::detail() without building the rest (the headers are
+// on the exchange's limit note already).
+class refusal_fields final : public error::deferred {
+ public:
+  refusal_fields(std::shared_ptr<const refusal_shape> shape, const limit_note& note, std::int64_t wall_ms)
+      : shape_(std::move(shape)),
+        key_(shape_->keyed ? note.key : std::string()),
+        used_(note.used),
+        remaining_(note.remaining),
+        reset_(note.reset),
+        retry_after_(note.retry_after),
+        wall_ms_(wall_ms),
+        retry_after_ms_(to_ms(note.retry_after)) {}
+
+  std::string message() const override {
+    std::string msg = shape_->reached;
+    if (shape_->keyed) msg += fmt::format(" for key \"{}\"", key_);
+    msg += fmt::format(" (hit {}). Retry after ~{}ms.", used_, static_cast<long long>(std::ceil(to_ms(retry_after_))));
+    return msg;
+  }
+
+  nlohmann::json details() const override {
+    auto headers = nlohmann::json::array();
+    if (shape_->headers != rate_limit_headers::none) {
+      const rate_limit_info info{.limit = shape_->limit,
+                                 .used = used_,
+                                 .remaining = remaining_,
+                                 .reset_in = reset_,
+                                 .window = shape_->window,
+                                 .key = key_,
+                                 .policy_name = shape_->policy};
+      const std::string retry_after_seconds = std::to_string(rate_limit_reset_seconds(retry_after_));
+      for (auto& [name, value] : rate_limit_header_list(shape_->headers, info, wall_ms_, rate_limit_outcome::rejected,
+                                                        std::string_view(retry_after_seconds)))
+        headers.push_back({std::move(name), std::move(value)});
+    }
+    nlohmann::json details = {{"gate", "rateLimit"},
+                              {"status", shape_->status},
+                              {"message", shape_->message},
+                              {"limit", shape_->limit},
+                              {"used", used_},
+                              {"remaining", remaining_},
+                              {"reset", rate_limit_reset_seconds(reset_)},
+                              {"reset_ms", to_ms(reset_)},
+                              {"retry_after", rate_limit_reset_seconds(retry_after_)},
+                              {"retry_after_ms", retry_after_ms_},
+                              {"policy", shape_->policy},
+                              {"headers", std::move(headers)}};
+    if (shape_->keyed) details["key"] = key_;
+    if (!shape_->label.empty()) details["label"] = shape_->label;
+    return details;
+  }
+
+  const nlohmann::json* field(std::string_view name) const noexcept override {
+    if (name == "status") return &shape_->status;
+    if (name == "message") return &shape_->message;
+    if (name == "retry_after_ms") return &retry_after_ms_;
+    return nullptr;
+  }
+
+ private:
+  std::shared_ptr<const refusal_shape> shape_;
+  std::string key_;
+  std::uint64_t used_;
+  std::uint64_t remaining_;
+  duration reset_;
+  duration retry_after_;
+  std::int64_t wall_ms_;  // the legacy headers' clock, as the note's were formatted
+  nlohmann::json retry_after_ms_;
+};
+
 template <class Counter>
 class rate_limit_step final : public wrapper, public keyed_gate {
  public:
@@ -34,7 +131,8 @@ class rate_limit_step final : public wrapper, public keyed_gate {
         options_(std::move(o)),
         limit_(static_cast<std::uint64_t>(options_.limit)),
         policy_(options_.policy.empty() ? rate_limit_policy_name(limit_, options_.window) : options_.policy),
-        windows_(static_cast<bool>(options_.key), options_.max_keys) {}
+        windows_(static_cast<bool>(options_.key), options_.max_keys),
+        shape_(std::make_shared<const refusal_shape>(options_, limit_, policy_)) {}
 
   keyed_gate_stats stats() const override {
     std::lock_guard lock(mutex_);
@@ -112,7 +210,8 @@ class rate_limit_step final : public wrapper, public keyed_gate {
 
     const duration reset = std::max(hit.reset_at - now, duration::zero());
     const duration retry_after = std::max(retry_at - now, duration::zero());
-    const limit_note& note = add_note(ex, rt, c.key, hit.hits, reset, rejected, retry_after);
+    std::int64_t wall_ms = 0;
+    const limit_note& note = add_note(ex, rt, c.key, hit.hits, reset, rejected, retry_after, wall_ms);
 
     if (rejected) {
       rt.events().emit(event_id::rate_limit_rejected, [&] {
@@ -120,7 +219,8 @@ class rate_limit_step final : public wrapper, public keyed_gate {
         j["retryAfterMs"] = to_ms(retry_after);
         return j;
       });
-      c.refusal = outcome::failed(std::make_exception_ptr(refusal(note)));
+      c.refusal = outcome::failed(
+          std::make_exception_ptr(error(errc::rate_limited, std::make_shared<const refusal_fields>(shape_, note, wall_ms), true)));
       return c;
     }
     rt.events().emit(event_id::rate_limit_passed, [&] { return fields(ex, rt, c.key, c.overflow, note); });
@@ -149,7 +249,7 @@ class rate_limit_step final : public wrapper, public keyed_gate {
   }
 
   limit_note& add_note(exchange& ex, route_runtime& rt, const std::string& key, std::uint64_t hits, duration reset,
-                       bool rejected, duration retry_after) const {
+                       bool rejected, duration retry_after, std::int64_t& wall_ms) const {
     limit_note note;
     note.gate = "rateLimit";
     note.label = options_.label;
@@ -171,7 +271,7 @@ class rate_limit_step final : public wrapper, public keyed_gate {
                                  .key = key,
                                  .policy_name = policy_};
       // Legacy headers are absolute: only they need the wall clock.
-      const std::int64_t wall_ms = includes(options_.headers, rate_limit_headers::legacy) ? rt.ctx().wall_time_ms() : 0;
+      wall_ms = includes(options_.headers, rate_limit_headers::legacy) ? rt.ctx().wall_time_ms() : 0;
       const std::string retry_after_seconds = std::to_string(rate_limit_reset_seconds(retry_after));
       note.headers = rate_limit_header_list(options_.headers, info, wall_ms,
                                             rejected ? rate_limit_outcome::rejected : rate_limit_outcome::passed,
@@ -192,36 +292,12 @@ class rate_limit_step final : public wrapper, public keyed_gate {
     return j;
   }
 
-  error refusal(const limit_note& note) const {
-    std::string msg =
-        fmt::format("rate_limit refused the exchange: limit of {} per {} reached", limit_, ms_text(options_.window));
-    if (options_.key) msg += fmt::format(" for key \"{}\"", note.key);
-    msg += fmt::format(" (hit {}). Retry after ~{}ms.", note.used,
-                       static_cast<long long>(std::ceil(to_ms(note.retry_after))));
-    auto headers = nlohmann::json::array();
-    for (const auto& [name, value] : note.headers) headers.push_back({name, value});
-    nlohmann::json details = {{"gate", "rateLimit"},
-                              {"status", options_.status},
-                              {"message", options_.message},
-                              {"limit", note.limit},
-                              {"used", note.used},
-                              {"remaining", note.remaining},
-                              {"reset", rate_limit_reset_seconds(note.reset)},
-                              {"reset_ms", to_ms(note.reset)},
-                              {"retry_after", rate_limit_reset_seconds(note.retry_after)},
-                              {"retry_after_ms", to_ms(note.retry_after)},
-                              {"policy", policy_},
-                              {"headers", std::move(headers)}};
-    if (options_.key) details["key"] = note.key;
-    if (!options_.label.empty()) details["label"] = options_.label;
-    return error(errc::rate_limited, std::move(msg), true, nullptr, std::move(details));
-  }
-
   rate_limit_options options_;
   std::uint64_t limit_;
   std::string policy_;
   mutable std::mutex mutex_;  // the counters: routes may run on several threads
   detail::keyed_windows<Counter> windows_;
+  std::shared_ptr<const refusal_shape> shape_;  // what every refusal shares
 };
 
 }  // namespace

@@ -92,7 +92,7 @@ class retry_step final : public wrapper {
     if (options_.jitter > 0)
       wait_ns = base_ns * (1.0 - options_.jitter * (options_.random ? options_.random() : unit_random()));
     // A server or gate that said when to come back sets the minimum wait.
-    if (auto it = err.details().find("retry_after_ms"); it != err.details().end() && it->is_number())
+    if (const auto* it = err.detail("retry_after_ms"); it && it->is_number())
       wait_ns = std::max(wait_ns, it->get<double>() * 1e6);
     return duration(static_cast<duration::rep>(std::ceil(wait_ns)));
   }
