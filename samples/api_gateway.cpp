@@ -69,9 +69,9 @@ rc::http_source_endpoint add_routes(rc::context& ctx, std::uint16_t port) {
                           .label = "per-client"})
               .rate_limit({.limit = 6,
                            .window = 10s,
+                           .headers = rc::rate_limit_headers::draft_7,
                            .key = rc::by_client(),
-                           .label = "per-client",
-                           .headers = rc::rate_limit_headers::draft_7})
+                           .label = "per-client"})
               .throttle({.rate = 100, .mode = rc::throttle_mode::reject, .label = "global"})
               .from(hello)
               .transform([](rc::http_request req) {
@@ -82,9 +82,9 @@ rc::http_source_endpoint add_routes(rc::context& ctx, std::uint16_t port) {
   // (fixed windows, draft-7 headers, JSON body).
   const rc::rate_limit_options generous{.limit = 1'000'000'000,
                                         .window = 60s,
+                                        .headers = rc::rate_limit_headers::draft_7,
                                         .key = rc::by_client(),
-                                        .counting = rc::counting::fixed,
-                                        .headers = rc::rate_limit_headers::draft_7};
+                                        .counting = rc::counting::fixed};
   rc::rate_limit_options strict = generous;
   strict.limit = 10;
   ctx.add(rc::craft()

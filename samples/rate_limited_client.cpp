@@ -76,9 +76,9 @@ int main(int argc, char** argv) {
                 .id("service")
                 .rate_limit({.limit = 3,
                              .window = 2s,
+                             .headers = rc::rate_limit_headers::draft_7,
                              .key = rc::by_client(),
-                             .counting = rc::counting::fixed,
-                             .headers = rc::rate_limit_headers::draft_7})
+                             .counting = rc::counting::fixed})
                 .from(items)
                 .transform([](rc::http_request r) {
                   return nlohmann::json{{"item", std::stoi(r.param("id"))}};

@@ -90,9 +90,9 @@ int main() {
                           .key = rc::by_header("x-client")})
               .rate_limit({.limit = 7,
                            .window = 30s,
-                           .key = rc::by_header("x-client"),
+                           .headers = rc::rate_limit_headers::draft_6,
                            .message = "Too many requests",
-                           .headers = rc::rate_limit_headers::draft_6})
+                           .key = rc::by_header("x-client")})
               .to([](int&) {}));
   ctx.start();
   ctx.drain();

@@ -316,7 +316,7 @@ TEST_CASE("http: a context with two threads serves concurrent keep-alive clients
   ctx.add(rc::craft()
               .id("c")
               .rate_limit(
-                  {.limit = 1000, .window = 60s, .key = rc::by_client(), .headers = rc::rate_limit_headers::draft_7})
+                  {.limit = 1000, .window = 60s, .headers = rc::rate_limit_headers::draft_7, .key = rc::by_client()})
               .from(src)
               .transform([](rc::http_request r) { return r.param("n"); }));
   running run(ctx);
@@ -446,7 +446,7 @@ TEST_CASE("http: rate_limit headers (draft-6, draft-7, draft-8, legacy) on every
   auto src = rc::http_source({.path = "/r"});
   ctx.add(rc::craft()
               .id("r")
-              .rate_limit({.limit = 2, .window = 30s, .key = rc::by_client(), .headers = c.mode})
+              .rate_limit({.limit = 2, .window = 30s, .headers = c.mode, .key = rc::by_client()})
               .from(src)
               .transform([](rc::http_request r) -> std::string {
                 if (r.query_param("fail")) throw std::runtime_error("secret database password in here");
@@ -493,9 +493,9 @@ TEST_CASE("http: a refusal's status and message come from the rate_limit options
               .id("r")
               .rate_limit({.limit = 0,
                            .window = 10s,
+                           .headers = rc::rate_limit_headers::draft_7,
                            .message = "slow down, friend",
-                           .status = 503,
-                           .headers = rc::rate_limit_headers::draft_7})
+                           .status = 503})
               .from(src)
               .to(rc::noop()));
   running run(ctx);

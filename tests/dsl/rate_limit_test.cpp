@@ -103,10 +103,10 @@ rc::slow_down_options brief_slow_down(rc::counting counting) {
 rc::rate_limit_options brief_rate_limit(rc::counting counting) {
   return {.limit = 7,
           .window = 30s,
-          .key = rc::by_header("x-client"),
-          .counting = counting,
+          .headers = rate_limit_headers::draft_6,
           .message = "Too many requests",
-          .headers = rate_limit_headers::draft_6};
+          .key = rc::by_header("x-client"),
+          .counting = counting};
 }
 
 struct row {
@@ -246,9 +246,9 @@ struct header_run {
         {.at = 0s, .client = "127.0.0.1"}, {.at = 10s, .client = "127.0.0.1"}, {.at = 12500ms, .client = "127.0.0.1"}};
     r.run(script, {.limit = 2,
                    .window = 30s,
+                   .headers = mode,
                    .key = rc::by_header("x-client"),
                    .counting = counting,
-                   .headers = mode,
                    .policy = std::move(policy)});
     REQUIRE(r.log[2].passed());
     REQUIRE(r.log[3].refused());
@@ -595,7 +595,7 @@ TEST_CASE("rate_limit events carry hits, limit, remaining, reset, retry_after, k
 
 TEST_CASE("limit 0 refuses everything and says when the window resets") {
   limit_run r;
-  r.run(burst(2), {.limit = 0, .window = 30s, .counting = rc::counting::fixed, .headers = rate_limit_headers::draft_7});
+  r.run(burst(2), {.limit = 0, .window = 30s, .headers = rate_limit_headers::draft_7, .counting = rc::counting::fixed});
   CHECK(passed_ids(r.log).empty());
   CHECK(r.log[1].failure->details()["retry_after"] == 30);
 }
@@ -698,9 +698,9 @@ TEST_CASE("a refusal's message and details are built on first read, the same for
   limit_run r;
   r.run(burst(3), {.limit = 2,
                    .window = 30s,
+                   .headers = rate_limit_headers::draft_7 | rate_limit_headers::legacy,
                    .key = rc::by_header("x-client"),
-                   .label = "per-client",
-                   .headers = rate_limit_headers::draft_7 | rate_limit_headers::legacy});
+                   .label = "per-client"});
   REQUIRE(r.log[3].refused());
   const rc::error& err = *r.log[3].failure;
   const rc::error copy_before = err;  // copied before anything was read
@@ -729,4 +729,28 @@ TEST_CASE("a refusal's message and details are built on first read, the same for
     CHECK(std::string(e->what()) == std::string(err.what()));
     CHECK(e->details() == d);
   }
+}
+
+TEST_CASE("the slow-down and rate-limit stack reads as users write it, with designated initializers in order") {
+  // The route of the issue, verbatim in its option order: it must keep compiling.
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> handler;
+  ctx.add(rc::craft()
+              .id("api")
+              .from(rc::simple(std::vector<int>{1, 2, 3}))
+              .slow_down({.window = 10s,
+                          .delay_after = 3,
+                          .delay = [](std::uint64_t hits) { auto n = hits - 3; return n * n * 1s; },
+                          .max_delay = 20s,
+                          .key = rc::by_header("x-client")})
+              .rate_limit({.limit = 7,
+                           .window = 30s,
+                           .headers = rc::rate_limit_headers::draft_6,
+                           .message = "Too many requests",
+                           .key = rc::by_header("x-client")})
+              .to(handler));
+  ctx.start();
+  ctx.drain();
+  CHECK(handler.count() == 3);
+  ctx.stop();
 }

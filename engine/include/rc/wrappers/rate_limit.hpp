@@ -46,20 +46,21 @@ struct rate_limit_options {
   static constexpr std::string_view default_message = "Too many requests, please try again later.";
   static constexpr int default_status = 429;
 
+  // Field order lets the common call read as the issue writes it:
+  // {.limit, .window, .headers, .message, .key}.
   std::int64_t limit = 5;  // hits per window that pass; 0 refuses everything
   duration window = std::chrono::minutes(1);
+  rate_limit_headers headers = rate_limit_headers::none;
+  std::string message = std::string(default_message);  // the refusal's response body
+  int status = default_status;                         // the refusal's response status
   key_selector key;  // one window per key; none = one shared window
   std::size_t max_keys = default_max_keys;
   std::string label;
   rc::counting counting = rc::counting::sliding;
-  std::string message = std::string(default_message);  // the refusal's response body
-  int status = default_status;                         // the refusal's response status
   bool skip_failed = false;                            // a failed downstream outcome gives the hit back
   bool skip_successful = false;                        // a successful downstream outcome gives the hit back
-  rate_limit_headers headers = rate_limit_headers::none;
   std::string policy;  // draft-8 quota name; empty = "<limit>-in-<window>" ("7-in-30sec")
 
-  /// RC5003 on the first invalid option: limit, window, headers, status, max_keys, counting.
   void validate() const;
 };
 
