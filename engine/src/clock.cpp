@@ -68,13 +68,13 @@ void cancel_signal::fire() {
   for (auto& f : callbacks) f();
 }
 
-bool scheduler::try_complete_now(timer_wait& node) {
+bool scheduler::try_complete_now(timer_wait& node, bool signals_only) {
   for (auto* s : node.signals)
     if (s && s->fired()) {
       node.result = wait_result::cancelled;
       return true;
     }
-  if (node.due <= now()) {
+  if (!signals_only && node.due <= now()) {
     node.result = wait_result::elapsed;
     return true;
   }
@@ -107,6 +107,19 @@ bool scheduler::enqueue(timer_wait& node, std::coroutine_handle<> h) {
   heap_push(&node);
   if (heap_.front() == &node) earliest_changed(node.due);
   return true;
+}
+
+void scheduler::reschedule(timer_wait& node, time_point due) {
+  std::lock_guard lock(mutex_);
+  if (node.heap_index == static_cast<std::size_t>(-1)) {
+    if (node.waiter == nullptr) node.due = due;  // not suspended yet: enqueue will read it
+    return;
+  }
+  node.due = due;
+  node.sequence = sequence_++;
+  sift_up(node.heap_index);
+  sift_down(node.heap_index);
+  earliest_changed(heap_.front()->due);
 }
 
 void scheduler::unlink_signals(timer_wait* w) {

@@ -296,6 +296,12 @@ void context::run_until_idle() {
   m.run_virtual(time_point::max(), [] { return false; });
 }
 
+void context::stall(duration d) {
+  auto& m = *impl_;
+  if (!m.is_virtual) throw error(errc::invalid_dsl, "stall() needs a context built with rc::virtual_time");
+  m.manual->set_now(now() + d);
+}
+
 time_point context::now() const { return impl_->clock->now(); }
 std::int64_t context::wall_time_ms() const {
   using std::chrono::duration_cast;

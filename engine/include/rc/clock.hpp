@@ -80,9 +80,21 @@ class scheduler {
   struct wait_awaiter {
     scheduler& sched;
     timer_wait node;
-    bool await_ready() noexcept { return sched.try_complete_now(node); }
+    bool queue_always = false;  // see wait_queued
+    bool await_ready() noexcept { return sched.try_complete_now(node, queue_always); }
     bool await_suspend(std::coroutine_handle<> h) { return sched.enqueue(node, h); }
     wait_result await_resume() const noexcept { return node.result; }
+
+    /// `co_await w.by_ref()` waits on this very object, whose `node` someone else may hold (see
+    /// wait_queued). Awaiting an awaiter reached through a reference (`co_await *optional`) let
+    /// g++ 12 await a copy, so the node handed out was never queued.
+    struct ref_awaiter {
+      wait_awaiter* self;
+      bool await_ready() noexcept { return self->await_ready(); }
+      bool await_suspend(std::coroutine_handle<> h) { return self->await_suspend(h); }
+      wait_result await_resume() const noexcept { return self->await_resume(); }
+    };
+    ref_awaiter by_ref() noexcept { return {this}; }
   };
 
   /// Waits until `due` or until one of the signals fires. A due time not after now() and a signal
@@ -94,6 +106,19 @@ class scheduler {
     w.node.signals[1] = b;
     return w;
   }
+
+  /// A wait whose due time someone else sets (reschedule), e.g. a queue that wakes its head:
+  /// until then it waits for a signal only. Always queues, even if rescheduled into the past
+  /// before it suspends. Keep the awaiter in a variable and hand `&awaiter.node` to the waker.
+  wait_awaiter wait_queued(cancel_signal* a = nullptr, cancel_signal* b = nullptr) {
+    wait_awaiter w = wait_until(time_point::max(), a, b);
+    w.queue_always = true;
+    return w;
+  }
+
+  /// Moves a wait to a new due time (O(log n)). A wait that has not suspended yet takes the new
+  /// time when it does; one already woken or cancelled is left alone.
+  void reschedule(timer_wait& node, time_point due);
 
   struct yield_awaiter {
     scheduler& sched;
@@ -130,7 +155,7 @@ class scheduler {
 
  private:
   friend class cancel_signal;
-  bool try_complete_now(timer_wait& node);
+  bool try_complete_now(timer_wait& node, bool signals_only);
   bool enqueue(timer_wait& node, std::coroutine_handle<> h);
   void heap_push(timer_wait* w);
   void heap_remove(timer_wait* w);

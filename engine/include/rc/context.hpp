@@ -82,6 +82,10 @@ class context {
   void advance_to(time_point t);
   /// Runs until nothing is ready and no wait is pending (never returns with an endless source).
   void run_until_idle();
+  /// Moves now() forward by `d` without running anything, as when the OS deschedules the process
+  /// or a VM stalls: every wait that fell due meanwhile wakes late, at the new now(), on the next
+  /// advance() or run_until_idle(). For testing how the engine copes with late timers.
+  void stall(duration d);
 
   time_point now() const;
   /// Wall-clock time as Unix epoch milliseconds, for values that must be absolute (legacy
