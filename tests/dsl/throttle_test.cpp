@@ -1,18 +1,24 @@
 // Throttle through the DSL (reference §5, §14 throttle scenarios, issue 2 item 6), in virtual
 // time: every arrival and admission time is asserted exactly.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <rc/rc.hpp>
 #include <stdexcept>
 #include <string>
 
 #include "support/dsl_support.hpp"
+#include "support/traffic.hpp"
 
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::in_ms;
+using rc::test::burst;
 using rc::test::rc_error;
+using rc::test::traffic;
+using rc::test::traffic_log;
 
 namespace {
 
@@ -99,6 +105,141 @@ TEST_CASE("a fractional slot interval never admits early: waits round up to the 
   ctx.start();
   ctx.drain();
   CHECK(out.times() == std::vector<rc::duration>{0ns, 333333334ns, 666666667ns, 1000000000ns});
+}
+
+// ---- the queue: callers that go away ----------------------------------------------------------
+
+TEST_CASE("a caller leaving from the middle of the queue moves everyone behind it up one slot") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  traffic_log log;
+  rc::cancel_signal hang_up(ctx.clock());
+  auto script = burst(5) + burst(1, 150ms);  // rate 10/s burst 1: slots 0, 100, 200, 300, 400 ms
+  script[2].abort = &hang_up;                // request 3 holds the 200 ms slot
+  ctx.add(rc::craft().id("q").from(traffic(script, log)).throttle({.rate = 10, .burst = 1}).to(out));
+  ctx.start();
+  ctx.advance(50ms);
+  hang_up.fire();
+  ctx.drain();
+  CHECK(log[3].drop_reason == "client-gone");
+  // Requests 4 and 5 move up to 200 and 300 ms; request 6 (arrived at 150 ms) lines up behind
+  // them at 400 ms instead of sharing a slot with request 5.
+  CHECK(rc::test::served_seconds(out, 6) == std::vector<double>{0, 0.1, -1, 0.2, 0.3, 0.4});
+}
+
+TEST_CASE("when the first in the queue leaves, the next one takes its slot") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  traffic_log log;
+  rc::cancel_signal hang_up(ctx.clock());
+  auto script = burst(4);
+  script[1].abort = &hang_up;  // request 2 holds the 100 ms slot
+  ctx.add(rc::craft().id("q").from(traffic(script, log)).throttle({.rate = 10, .burst = 1}).to(out));
+  ctx.start();
+  ctx.advance(50ms);
+  hang_up.fire();
+  ctx.drain();
+  CHECK(log[2].drop_reason == "client-gone");
+  CHECK(rc::test::served_seconds(out, 4) == std::vector<double>{0, -1, 0.1, 0.2});
+}
+
+TEST_CASE("when every waiter leaves, the next caller gets the first free slot") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  traffic_log log;
+  rc::cancel_signal hang_up(ctx.clock());
+  auto script = burst(4) + burst(1, 150ms);
+  for (std::size_t i = 1; i < 4; ++i) script[i].abort = &hang_up;
+  ctx.add(rc::craft().id("q").from(traffic(script, log)).throttle({.rate = 10, .burst = 1}).to(out));
+  ctx.start();
+  ctx.advance(50ms);
+  hang_up.fire();
+  ctx.drain();
+  for (int id = 2; id <= 4; ++id) CHECK(log[id].drop_reason == "client-gone");
+  CHECK(rc::test::served_seconds(out, 5) == std::vector<double>{0, -1, -1, -1, 0.15});
+}
+
+// ---- late timers: the process stalls while exchanges wait ------------------------------------
+// ctx.stall(d) moves virtual time on without running anything, as a descheduled process or a VM
+// stall does in real time: the waits that fell due meanwhile all wake late, at once.
+
+TEST_CASE("after a stall the queue moves later by the whole intervals lost instead of bursting, in order") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  ctx.add(rc::craft().id("stall").from(rc::simple(range(10))).throttle({.rate = 1000, .burst = 1}).to(out));
+  ctx.start();
+  ctx.advance(1ms);
+  CHECK(in_ms(out.times()) == std::vector<double>{0, 1});
+  ctx.stall(4300us);  // tickets 2, 3, 4 and 5 ms fall due while nothing runs
+  ctx.drain();
+  // Exchange 2 goes at once, 3.3 ms behind its ticket: three intervals are lost, and the rest
+  // keep one interval apart from its (moved) 5 ms ticket, instead of 3, 4 and 5 going with it.
+  CHECK(out.bodies() == range(10));
+  CHECK(in_ms(out.times()) == std::vector<double>{0, 1, 5.3, 6, 7, 8, 9, 10, 11, 12});
+}
+
+TEST_CASE("an exchange arriving while the queue is overdue lines up behind it, not ahead of it") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  ctx.add(rc::craft()
+              .id("stall")
+              .from(rc::test::arrivals({0ms, 0ms, 500us}))
+              .throttle({.rate = 1000, .burst = 1})
+              .to(out));
+  ctx.start();
+  ctx.advance(0ms);  // exchange 0 passes, exchange 1 waits for ticket 1 ms
+  ctx.stall(5ms);    // exchange 2 arrives with ticket 1 ms long due but exchange 1 not yet run
+  ctx.drain();
+  CHECK(out.bodies() == range(3));
+  CHECK(in_ms(out.times()) == std::vector<double>{0, 5, 6});
+}
+
+TEST_CASE("stopping during a stall admits every overdue exchange") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  ctx.add(rc::craft().id("stall").from(rc::simple(range(6))).throttle({.rate = 1000, .burst = 1}).to(out));
+  ctx.start();
+  ctx.advance(0ms);  // all six arrive; five wait for tickets 1 .. 5 ms
+  ctx.stall(3500us);
+  ctx.stop();
+  CHECK(out.bodies() == range(6));
+}
+
+TEST_CASE("random stalls never let more than burst + m through in any window of m intervals") {
+  // rate 1000/s, burst 3: 600 arrivals over 300 ms, virtual time moved on in random steps with a
+  // random stall one step in four. Every window [t, t + m ms] of admissions holds <= 3 + m.
+  constexpr int n = 600;
+  constexpr std::size_t burst = 3;
+  const unsigned seed = GENERATE(1u, 2u, 3u, 4u, 5u, 6u, 7u, 20261130u);
+  INFO("seed " << seed);
+  std::mt19937 random(seed);
+  std::vector<rc::duration> offsets;
+  for (int i = 0; i < n; ++i) offsets.push_back(rc::duration(random() % 300'000'000));
+  std::sort(offsets.begin(), offsets.end());
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  ctx.add(rc::craft()
+              .id("stalls")
+              .from(rc::test::arrivals(offsets))
+              .throttle({.rate = 1000, .burst = static_cast<double>(burst)})
+              .to(out));
+  ctx.start();
+  for (int step = 0; step < 2000; ++step) {
+    ctx.advance(rc::duration(random() % 1'500'000));
+    if (random() % 4 == 0) ctx.stall(rc::duration(random() % 6'000'000));
+  }
+  ctx.drain();
+  REQUIRE(out.bodies() == range(n));  // all delivered, in arrival order
+  const auto times = out.times();
+  for (const int m : {0, 1, 2, 5, 10, 100}) {
+    std::size_t most = 0;
+    for (std::size_t i = 0, j = 0; i < times.size(); ++i) {
+      while (j < times.size() && times[j] - times[i] <= rc::duration(std::chrono::milliseconds(m))) ++j;
+      most = std::max(most, j - i);
+    }
+    INFO("window of " << m << " ms");
+    CHECK(most <= burst + static_cast<std::size_t>(m));
+  }
 }
 
 TEST_CASE("a keyed throttle at rate 2 paces users a and b on separate buckets") {

@@ -232,3 +232,59 @@ TEST_CASE("a long paced run at a fractional interval stays within 1 us of the ex
   }
   CHECK(worst_error_ns <= 1000);
 }
+
+// ---- the waiting queue: enqueue and admit_head (throttle delay mode) -------------------------
+
+TEST_CASE("enqueue hands a ticket one interval after the last, even when the bucket has refilled") {
+  const auto p = rc::bucket_params::from(1000, 1s, 1);
+  rc::token_bucket bucket;
+  CHECK(bucket.reserve(at(0ms), p) == 0ns);
+  CHECK(bucket.reserve(at(0ms), p) == 1ms);  // the first waiter's ticket: 1 ms
+  // 5 ms later the first waiter has not run yet (a stall): refill alone would admit a newcomer at
+  // once, ahead of it. Behind a waiter the newcomer takes ticket 2 ms instead, already due.
+  CHECK(bucket.peek_wait(at(5ms), p) == 0ns);
+  CHECK(bucket.peek_enqueue(at(5ms), p) == 0ns);
+  CHECK(bucket.enqueue(at(5ms), p) == 0ns);
+  CHECK(bucket.enqueue(at(0ms), p) == 3ms);
+  CHECK(bucket.tokens(at(0ms), p) == Approx(-3));
+}
+
+TEST_CASE("head_wait is the wait for the earliest of the queued tickets") {
+  const auto p = rc::bucket_params::from(10, 1s, 1);
+  rc::token_bucket bucket;
+  bucket.reserve(at(0ms), p);
+  bucket.reserve(at(0ms), p);
+  bucket.enqueue(at(0ms), p);
+  bucket.enqueue(at(0ms), p);  // three queued tickets: 100, 200, 300 ms
+  CHECK(bucket.head_wait(at(40ms), 3, p) == 60ms);
+  CHECK(bucket.admit_head(at(100ms), 3, p) == 0);
+  CHECK(bucket.head_wait(at(150ms), 2, p) == 50ms);
+  // A waiter leaves (its client went away): its ticket goes back, the others move up one.
+  bucket.give_back(at(150ms), p);
+  CHECK(bucket.head_wait(at(150ms), 1, p) == 50ms);
+  CHECK(bucket.peek_enqueue(at(150ms), p) == 150ms);
+}
+
+TEST_CASE("a head admitted less than an interval late moves nothing") {
+  const auto p = rc::bucket_params::from(10, 1s, 1);
+  rc::token_bucket bucket;
+  bucket.reserve(at(0ms), p);
+  bucket.reserve(at(0ms), p);
+  bucket.enqueue(at(0ms), p);  // tickets 100 and 200 ms
+  CHECK(bucket.admit_head(at(199ms), 2, p) == 0);
+  CHECK(bucket.head_wait(at(199ms), 1, p) == 1ms);
+}
+
+TEST_CASE("a head admitted a whole interval or more late moves the queue by the whole intervals lost") {
+  const auto p = rc::bucket_params::from(1000, 1s, 1);
+  rc::token_bucket bucket;
+  for (int i = 0; i < 6; ++i) bucket.reserve(at(0ms), p);  // tickets 0 .. 5 ms, five queued
+  // The process stalls until 4.3 ms: the head (1 ms) goes 3.3 intervals late. The queue moves
+  // 3 ms, so the four left go at 5, 6, 7 and 8 ms, not at once, and a newcomer gets 9 ms.
+  CHECK(bucket.admit_head(at(4300us), 5, p) == 3);
+  CHECK(bucket.head_wait(at(4300us), 4, p) == 700us);
+  CHECK(bucket.peek_enqueue(at(4300us), p) == 4700us);
+  // Exactly one interval late counts as one interval lost.
+  CHECK(bucket.admit_head(at(6ms), 4, p) == 1);
+  CHECK(bucket.head_wait(at(6ms), 3, p) == 1ms);
+}

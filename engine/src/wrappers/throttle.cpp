@@ -1,7 +1,10 @@
 #include "rc/wrappers/throttle.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
 
 #include "rc/gates/keyed_lru.hpp"
 #include "rc/gates/token_bucket.hpp"
@@ -36,6 +39,20 @@ struct keyed_bucket {
   std::uint32_t waiters = 0;
 };
 
+// A waiting exchange's place in its bucket's queue. Lives in the waiting coroutine's frame.
+struct queue_node {
+  timer_wait* wait;  // the exchange's scheduler wait: due time::max() until it is the head
+  queue_node* prev = nullptr;
+  queue_node* next = nullptr;
+};
+
+// The exchanges waiting on one bucket, oldest first. Only the head has a due time; it is woken
+// on the earliest outstanding ticket and, once admitted, hands the next ticket to the next node.
+struct wait_queue {
+  queue_node* head = nullptr;
+  queue_node* tail = nullptr;
+};
+
 class throttle_step final : public wrapper {
  public:
   throttle_step(throttle_options o, std::unique_ptr<step> inner, rc::scope s)
@@ -59,12 +76,22 @@ class throttle_step final : public wrapper {
       }
     }
 
-    decision d = decide(key, rt.now());
+    decision d = decide(key, rt.now(), nullptr);
+    // An exchange that has to queue needs a scheduler wait kept in its frame, so that the
+    // exchange ahead of it can wake it (reschedule) when it becomes the head. Built only then
+    // (an unpaced pass stays cheap), and the decision is taken again with it.
+    std::optional<scheduler::wait_awaiter> wait;
+    queue_node node{nullptr};
+    if (d.queued) {
+      wait.emplace(rt.clock().wait_queued(&rt.intake(), ex.abort_signal()));
+      node.wait = &wait->node;
+      d = decide(key, rt.now(), &node);
+    }
     if (!d.admitted) {
       emit_rejected(ex, rt, key, d.wait);
       co_return outcome::failed(std::make_exception_ptr(rejection(key, d.wait, d.why)));
     }
-    if (d.wait == duration::zero()) {
+    if (!d.queued) {
       emit_passed(ex, rt, key, false, duration::zero());
       co_return co_await run_inner(ex, rt);
     }
@@ -74,11 +101,14 @@ class throttle_step final : public wrapper {
       j["waitMs"] = to_ms(d.wait);
       return j;
     });
-    const wait_result r = co_await rt.clock().wait_until(d.due, &rt.intake(), ex.abort_signal());
-    const bool client_gone = r == wait_result::cancelled && ex.abort_signal() && ex.abort_signal()->fired() &&
-                             !rt.intake().fired();
-    finish_wait(key, rt.now(), client_gone);
-    if (client_gone) co_return outcome::dropped("client-gone");
+    if (co_await wait->by_ref() == wait_result::cancelled) {
+      const bool client_gone = ex.abort_signal() && ex.abort_signal()->fired() && !rt.intake().fired();
+      leave_queue(key, node, rt, client_gone);
+      if (client_gone) co_return outcome::dropped("client-gone");
+      // shutdown: admitted at once
+    } else {
+      admit_head(key, node, rt);
+    }
     emit_passed(ex, rt, key, true, rt.now() - start);
     co_return co_await run_inner(ex, rt);
   }
@@ -86,16 +116,18 @@ class throttle_step final : public wrapper {
  private:
   struct decision {
     bool admitted;
-    duration wait;     // admitted: how long to wait; refused: retry after
-    time_point due;
-    const char* why;   // refusal reason
+    duration wait;    // admitted: how long it is expected to wait; refused: retry after
+    const char* why;  // refusal reason
+    bool queued = false;  // admitted but must wait in the queue (even when wait is zero)
   };
 
   static bool idle(const keyed_bucket& b, time_point now, const bucket_params& p) {
     return b.waiters == 0 && b.bucket.is_full(now, p);
   }
 
-  decision decide(const std::string& key, time_point now) {
+  /// Admits, refuses or queues. Without a node it only reports that the exchange would queue
+  /// (queued = true) and changes nothing.
+  decision decide(const std::string& key, time_point now, queue_node* node) {
     std::lock_guard lock(mutex_);
     keyed_bucket* b = &single_;
     if (options_.key) {
@@ -103,34 +135,84 @@ class throttle_step final : public wrapper {
       if (!b) {
         // Every evictable candidate is busy: refuse rather than meter this key with nothing.
         return {false, std::chrono::duration_cast<duration>(std::chrono::duration<double, std::nano>(params_.interval_ns)),
-                now, "key table full"};
+                "key table full"};
       }
     }
     if (options_.mode == throttle_mode::reject) {
       const auto r = b->bucket.try_acquire(now, params_);
-      return {r.admitted, r.retry_after, now, "rate limit exceeded"};
+      return {r.admitted, r.retry_after, "rate limit exceeded"};
     }
-    const duration wait = b->bucket.peek_wait(now, params_);
-    if (wait > duration::zero()) {
-      if (options_.max_wait && wait > *options_.max_wait) return {false, wait, now, "wait would exceed max_wait"};
-      if (options_.max_queue && waiting_ >= *options_.max_queue)
-        return {false, wait, now, "queue is full (max_queue)"};
+    // Behind waiters, a newcomer always queues, even if the bucket's refill says a token is
+    // ready: that happens only when the queue is overdue (a stall), and the queue goes first.
+    const bool behind = b->waiters > 0;
+    const duration wait = behind ? b->bucket.peek_enqueue(now, params_) : b->bucket.peek_wait(now, params_);
+    if (!behind && wait == duration::zero()) {
+      b->bucket.reserve(now, params_);
+      return {true, wait, nullptr};
     }
-    b->bucket.reserve(now, params_);
-    if (wait > duration::zero()) {
-      ++b->waiters;
-      ++waiting_;
+    if (options_.max_wait && wait > *options_.max_wait) return {false, wait, "wait would exceed max_wait"};
+    if (options_.max_queue && waiting_ >= *options_.max_queue) return {false, wait, "queue is full (max_queue)"};
+    if (!node) return {true, wait, nullptr, true};
+    wait_queue& q = queue_of(b);
+    if (behind) {
+      b->bucket.enqueue(now, params_);
+      node->prev = q.tail;
+      q.tail->next = node;
+      q.tail = node;
+    } else {
+      b->bucket.reserve(now, params_);
+      q.head = q.tail = node;
+      node->wait->due = now + wait;  // not suspended yet: nobody else can see this wait
     }
-    return {true, wait, now + wait, nullptr};
+    ++b->waiters;
+    ++waiting_;
+    return {true, wait, nullptr, true};
   }
 
-  void finish_wait(const std::string& key, time_point now, bool give_back) {
-    std::lock_guard lock(mutex_);
-    keyed_bucket* b = options_.key ? table_.find(key) : &single_;
+  keyed_bucket* bucket_of(const std::string& key) {
+    // A bucket with waiters is never evicted, so a waiter always finds its own.
+    return options_.key ? table_.find(key) : &single_;
+  }
+
+  wait_queue& queue_of(const keyed_bucket* b) { return b == &single_ ? single_queue_ : queues_[b]; }
+
+  /// Unlinks a node; when it was the head, wakes the next one on the earliest outstanding ticket.
+  void unlink(keyed_bucket& b, queue_node& node, scheduler& clock, time_point now) {
+    wait_queue& q = queue_of(&b);
+    const bool was_head = q.head == &node;
+    (node.prev ? node.prev->next : q.head) = node.next;
+    (node.next ? node.next->prev : q.tail) = node.prev;
+    --b.waiters;
     --waiting_;
-    if (!b) return;  // cannot happen: a bucket with waiters is never evicted
-    --b->waiters;
-    if (give_back) b->bucket.give_back(now, params_);
+    if (q.head == nullptr) {
+      if (&b != &single_) queues_.erase(&b);
+    } else if (was_head) {
+      clock.reschedule(*q.head->wait, now + b.bucket.head_wait(now, b.waiters, params_));
+    }
+  }
+
+  /// The head's wait elapsed: it goes on the earliest outstanding ticket. Woken a whole interval
+  /// or more late (a stall), the queue moves later instead of releasing the missed tickets at once
+  /// (token_bucket::admit_head).
+  void admit_head(const std::string& key, queue_node& node, route_runtime& rt) {
+    std::lock_guard lock(mutex_);
+    keyed_bucket* b = bucket_of(key);
+    if (!b) return;  // cannot happen (see bucket_of)
+    const time_point now = rt.now();
+    b->bucket.admit_head(now, b->waiters, params_);
+    unlink(*b, node, rt.clock(), now);
+  }
+
+  /// A waiting exchange leaves the queue without its ticket: shutdown admits it at once (its
+  /// ticket is spent), or its client went away and the ticket goes back. The exchanges behind
+  /// it then move up one ticket each, since they take tickets in order as they reach the head.
+  void leave_queue(const std::string& key, queue_node& node, route_runtime& rt, bool client_gone) {
+    std::lock_guard lock(mutex_);
+    keyed_bucket* b = bucket_of(key);
+    if (!b) return;  // cannot happen (see bucket_of)
+    const time_point now = rt.now();
+    if (client_gone) b->bucket.give_back(now, params_);
+    unlink(*b, node, rt.clock(), now);
   }
 
   error rejection(const std::string& key, duration retry_after, const char* why) const {
@@ -171,7 +253,9 @@ class throttle_step final : public wrapper {
   bucket_params params_;
   std::mutex mutex_;  // the bucket(s) and counters: routes may run on several threads
   keyed_bucket single_;
+  wait_queue single_queue_;
   keyed_lru<keyed_bucket> table_;
+  std::unordered_map<const keyed_bucket*, wait_queue> queues_;  // keyed buckets with waiters only
   std::size_t waiting_ = 0;
 };
 

@@ -4,7 +4,9 @@
 // would hold zero tokens. Refill is implicit, tokens(now) = min(capacity, (now - empty_at) /
 // interval), so there is no "last refill" to keep in step with a token count, and a per-key bucket
 // costs 8 bytes. Taking a token moves empty_at one interval later. In delay mode it may move past
-// now (debt), which hands simultaneous arrivals strictly increasing waits: FIFO pacing, no queue.
+// now (debt): each waiter's ticket is one interval after the previous one. The throttle keeps the
+// waiters in a FIFO queue and wakes the first on the earliest outstanding ticket (head_wait,
+// admit_head), so a waiter that leaves gives its ticket back and the ones behind move up.
 // This is the reference's "refill, then tokens -= 1" rewritten as
 // empty_at = max(empty_at, now - capacity * interval) + interval.
 //
@@ -19,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <optional>
 
@@ -50,6 +53,41 @@ class token_bucket {
   duration reserve(time_point now, const bucket_params& p) noexcept {
     empty_at_ = empty_at_after_take(now, p);
     return wait_until(empty_at_, now, p, max_timer_wait);
+  }
+
+  /// Delay mode, behind exchanges that already wait: takes the ticket one interval after the last
+  /// one handed out, with no refill cap (the bucket owes every queued ticket), so the tickets of
+  /// the `queued` waiters are always the newest `queued` ones, one interval apart. The returned
+  /// wait (zero if the queue is overdue after a stall) is what the newcomer can expect.
+  duration enqueue(time_point now, const bucket_params& p) noexcept {
+    empty_at_ += p.interval_ns;
+    return wait_until(empty_at_, now, p, max_timer_wait);
+  }
+
+  /// What enqueue would return now, without taking the ticket.
+  duration peek_enqueue(time_point now, const bucket_params& p) const noexcept {
+    return wait_until(empty_at_ + p.interval_ns, now, p, max_timer_wait);
+  }
+
+  /// With `queued` (>= 1) waiters, how long until the earliest outstanding ticket, the one the
+  /// first of them goes on.
+  duration head_wait(time_point now, std::uint32_t queued, const bucket_params& p) const noexcept {
+    return wait_until(head_ticket(queued, p), now, p, max_timer_wait);
+  }
+
+  /// The first of `queued` waiters goes `now`, on the earliest outstanding ticket (head_wait has
+  /// run out). Late by a whole interval or more (the process stalled), it does not release the
+  /// tickets that fell due meanwhile in a burst: the schedule, and with it every ticket still
+  /// queued, moves later by the whole intervals lost (returned). Each admission thus stays less
+  /// than one interval behind its ticket, which keeps burst + rate * t for every window t that is
+  /// a whole number of intervals (a 1 s window at rate 1000/s), stall or not.
+  std::uint64_t admit_head(time_point now, std::uint32_t queued, const bucket_params& p) noexcept {
+    const double late = ns(now) - head_ticket(queued, p);
+    const double noise = std::abs(ns(now)) * 0x1p-48;
+    const double whole = std::floor((late + noise) / p.interval_ns);
+    if (!(whole >= 1)) return 0;
+    empty_at_ += whole * p.interval_ns;
+    return whole < 0x1p63 ? static_cast<std::uint64_t>(whole) : UINT64_MAX;
   }
 
   /// What reserve would return now, without taking the token.
@@ -85,6 +123,10 @@ class token_bucket {
  private:
   static double ns(time_point t) noexcept {
     return static_cast<double>(t.time_since_epoch().count());
+  }
+
+  double head_ticket(std::uint32_t queued, const bucket_params& p) const noexcept {
+    return empty_at_ - static_cast<double>(queued - 1) * p.interval_ns;
   }
 
   // Any empty_at at or before this describes a full bucket.

@@ -1,12 +1,15 @@
 // throttle: a token bucket in front of the next step (step scope) or the whole route (route
 // scope, admitted once, outside retry).
 //
-// delay mode reserves a slot and waits for it (FIFO: simultaneous arrivals get strictly
-// increasing waits); reject mode fails fast with RC5013 and takes no token. `max_wait` and
+// delay mode queues an exchange that cannot go at once, strictly FIFO, and admits the queue one
+// interval apart; reject mode fails fast with RC5013 and takes no token. `max_wait` and
 // `max_queue` bound the delay backlog: an exchange whose wait would exceed either is rejected
 // with RC5013 instead of queuing. On shutdown (intake closed) a waiting exchange is admitted at
 // once; its token is not returned. When the exchange's abort signal fires (the client went
-// away) the wait ends, the slot is given back and the exchange is dropped ("client-gone").
+// away) it leaves the queue and is dropped ("client-gone"); its slot goes back and everyone
+// behind it moves up one. If the process stalls (a VM pause, a descheduled thread) the queue is
+// admitted late, but never in a burst: the schedule moves later by the whole intervals lost,
+// so no window of whole intervals ever holds more than burst + rate * t.
 //
 // Per-key buckets live in a bounded LRU. A bucket is forgotten only when it is idle (full again,
 // nobody waiting), so forgetting never admits more than the rate; when max_keys buckets are all
