@@ -1,11 +1,13 @@
 // Built-in components (reference §11, issue 2 item 9): sources simple, sequence, generate, timer
 // and direct; destinations log, noop and spy. Virtual time throughout.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <optional>
 #include <rc/rc.hpp>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "support/dsl_support.hpp"
 
@@ -24,6 +26,27 @@ TEST_CASE("simple(values) starts every exchange at once") {
   ctx.drain();
   CHECK(out.bodies() == std::vector<int>{1, 2, 3});
   CHECK(in_ms(out.times()) == std::vector<double>{10, 10, 10});
+}
+
+TEST_CASE("simple(values) lets other work run while it starts a large batch") {
+  // Two routes start 300 exchanges each. A source that started all of its batch before yielding
+  // would hold the thread (and every timer due meanwhile) for the whole batch; simple() gives
+  // way every 128 exchanges, so the two batches interleave.
+  rc::context ctx(rc::virtual_time);
+  std::vector<char> order;
+  const auto record = [&order](char route) { return [&order, route](int) { order.push_back(route); }; };
+  std::vector<int> values(300);
+  ctx.add(rc::craft().id("a").from(rc::simple(values)).to(record('a')));
+  ctx.add(rc::craft().id("b").from(rc::simple(values)).to(record('b')));
+  ctx.start();
+  ctx.drain();
+  REQUIRE(order.size() == 600);
+  std::size_t longest = 0;
+  for (std::size_t i = 0, run = 0; i < order.size(); ++i) {
+    run = i > 0 && order[i] == order[i - 1] ? run + 1 : 1;
+    longest = std::max(longest, run);
+  }
+  CHECK(longest <= 128);
 }
 
 TEST_CASE("simple(value) emits exactly one exchange") {
