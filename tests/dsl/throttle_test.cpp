@@ -13,9 +13,9 @@
 #include "support/traffic.hpp"
 
 using namespace std::chrono_literals;
+using rc::test::burst;
 using rc::test::event_recorder;
 using rc::test::in_ms;
-using rc::test::burst;
 using rc::test::rc_error;
 using rc::test::traffic;
 using rc::test::traffic_log;
@@ -109,54 +109,40 @@ TEST_CASE("a fractional slot interval never admits early: waits round up to the 
 
 // ---- the queue: callers that go away ----------------------------------------------------------
 
-TEST_CASE("a caller leaving from the middle of the queue moves everyone behind it up one slot") {
+namespace {
+
+/// Runs `script` through a throttle at 10/s burst 1 (slots 0, 100, 200, ... ms); the requests
+/// numbered in `leaving` (1-based) hang up at 50 ms. Returns when each request was served, in
+/// seconds (-1: never), and checks that the leavers were dropped as client-gone.
+std::vector<double> hang_ups_at_50ms(std::vector<rc::test::request> script, std::vector<int> leaving) {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   traffic_log log;
   rc::cancel_signal hang_up(ctx.clock());
-  auto script = burst(5) + burst(1, 150ms);  // rate 10/s burst 1: slots 0, 100, 200, 300, 400 ms
-  script[2].abort = &hang_up;                // request 3 holds the 200 ms slot
+  for (const int id : leaving) script.at(static_cast<std::size_t>(id - 1)).abort = &hang_up;
   ctx.add(rc::craft().id("q").from(traffic(script, log)).throttle({.rate = 10, .burst = 1}).to(out));
   ctx.start();
   ctx.advance(50ms);
   hang_up.fire();
   ctx.drain();
-  CHECK(log[3].drop_reason == "client-gone");
-  // Requests 4 and 5 move up to 200 and 300 ms; request 6 (arrived at 150 ms) lines up behind
-  // them at 400 ms instead of sharing a slot with request 5.
-  CHECK(rc::test::served_seconds(out, 6) == std::vector<double>{0, 0.1, -1, 0.2, 0.3, 0.4});
+  for (const int id : leaving) CHECK(log[id].drop_reason == "client-gone");
+  return rc::test::served_seconds(out, script.size());
+}
+
+}  // namespace
+
+TEST_CASE("a caller leaving from the middle of the queue moves everyone behind it up one slot") {
+  // Request 3 holds the 200 ms slot. Requests 4 and 5 move up to 200 and 300 ms; request 6
+  // (arrived at 150 ms) lines up behind them at 400 ms instead of sharing a slot with request 5.
+  CHECK(hang_ups_at_50ms(burst(5) + burst(1, 150ms), {3}) == std::vector<double>{0, 0.1, -1, 0.2, 0.3, 0.4});
 }
 
 TEST_CASE("when the first in the queue leaves, the next one takes its slot") {
-  rc::context ctx(rc::virtual_time);
-  rc::spy<int> out;
-  traffic_log log;
-  rc::cancel_signal hang_up(ctx.clock());
-  auto script = burst(4);
-  script[1].abort = &hang_up;  // request 2 holds the 100 ms slot
-  ctx.add(rc::craft().id("q").from(traffic(script, log)).throttle({.rate = 10, .burst = 1}).to(out));
-  ctx.start();
-  ctx.advance(50ms);
-  hang_up.fire();
-  ctx.drain();
-  CHECK(log[2].drop_reason == "client-gone");
-  CHECK(rc::test::served_seconds(out, 4) == std::vector<double>{0, -1, 0.1, 0.2});
+  CHECK(hang_ups_at_50ms(burst(4), {2}) == std::vector<double>{0, -1, 0.1, 0.2});
 }
 
 TEST_CASE("when every waiter leaves, the next caller gets the first free slot") {
-  rc::context ctx(rc::virtual_time);
-  rc::spy<int> out;
-  traffic_log log;
-  rc::cancel_signal hang_up(ctx.clock());
-  auto script = burst(4) + burst(1, 150ms);
-  for (std::size_t i = 1; i < 4; ++i) script[i].abort = &hang_up;
-  ctx.add(rc::craft().id("q").from(traffic(script, log)).throttle({.rate = 10, .burst = 1}).to(out));
-  ctx.start();
-  ctx.advance(50ms);
-  hang_up.fire();
-  ctx.drain();
-  for (int id = 2; id <= 4; ++id) CHECK(log[id].drop_reason == "client-gone");
-  CHECK(rc::test::served_seconds(out, 5) == std::vector<double>{0, -1, -1, -1, 0.15});
+  CHECK(hang_ups_at_50ms(burst(4) + burst(1, 150ms), {2, 3, 4}) == std::vector<double>{0, -1, -1, -1, 0.15});
 }
 
 // ---- late timers: the process stalls while exchanges wait ------------------------------------
@@ -181,11 +167,8 @@ TEST_CASE("after a stall the queue moves later by the whole intervals lost inste
 TEST_CASE("an exchange arriving while the queue is overdue lines up behind it, not ahead of it") {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
-  ctx.add(rc::craft()
-              .id("stall")
-              .from(rc::test::arrivals({0ms, 0ms, 500us}))
-              .throttle({.rate = 1000, .burst = 1})
-              .to(out));
+  ctx.add(
+      rc::craft().id("stall").from(rc::test::arrivals({0ms, 0ms, 500us})).throttle({.rate = 1000, .burst = 1}).to(out));
   ctx.start();
   ctx.advance(0ms);  // exchange 0 passes, exchange 1 waits for ticket 1 ms
   ctx.stall(5ms);    // exchange 2 arrives with ticket 1 ms long due but exchange 1 not yet run

@@ -3,7 +3,6 @@
 #include "rc/clock.hpp"
 
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <vector>
 
@@ -24,7 +23,8 @@ struct parked {
   rc::time_point woke_at{};
 };
 
-void park(rc::manual_clock& clock, parked& p, rc::cancel_signal* signal = nullptr, rc::duration early = rc::duration::min()) {
+void park(rc::manual_clock& clock, parked& p, rc::cancel_signal* signal = nullptr,
+          rc::duration early = rc::duration::min()) {
   rc::spawn([&clock, &p, signal, early]() -> rc::task<void> {
     auto wait = clock.wait_queued(signal);
     p.node = &wait.node;
