@@ -192,7 +192,7 @@ TEST_CASE("random stalls never let more than burst + m through in any window of 
   // rate 1000/s, burst 3: 600 arrivals over 300 ms, virtual time moved on in random steps with a
   // random stall one step in four. Every window [t, t + m ms] of admissions holds <= 3 + m.
   constexpr int n = 600;
-  constexpr std::size_t burst = 3;
+  constexpr std::size_t capacity = 3;  // the throttle's burst
   const unsigned seed = GENERATE(1u, 2u, 3u, 4u, 5u, 6u, 7u, 20261130u);
   INFO("seed " << seed);
   std::mt19937 random(seed);
@@ -204,7 +204,7 @@ TEST_CASE("random stalls never let more than burst + m through in any window of 
   ctx.add(rc::craft()
               .id("stalls")
               .from(rc::test::arrivals(offsets))
-              .throttle({.rate = 1000, .burst = static_cast<double>(burst)})
+              .throttle({.rate = 1000, .burst = static_cast<double>(capacity)})
               .to(out));
   ctx.start();
   for (int step = 0; step < 2000; ++step) {
@@ -221,7 +221,7 @@ TEST_CASE("random stalls never let more than burst + m through in any window of 
       most = std::max(most, j - i);
     }
     INFO("window of " << m << " ms");
-    CHECK(most <= burst + static_cast<std::size_t>(m));
+    CHECK(most <= capacity + static_cast<std::size_t>(m));
   }
 }
 
