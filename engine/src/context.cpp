@@ -130,6 +130,11 @@ struct context::impl {
   }
   bool idle() const { return work.load() == 0 && finite_sources.load() == 0; }
 
+  /// The calls that move or read virtual time refuse a real-time context.
+  void require_virtual(std::string_view call) const {
+    if (!is_virtual) throw error(errc::invalid_dsl, fmt::format("{}() needs a context built with rc::virtual_time", call));
+  }
+
   // Virtual time: run ready work; when none is left, jump to the next wait; stop when `done()`
   // or when nothing is ready and nothing waits before `limit`.
   template <class Done>
@@ -283,7 +288,7 @@ void context::advance(duration d) { advance_to(now() + d); }
 
 void context::advance_to(time_point t) {
   auto& m = *impl_;
-  if (!m.is_virtual) throw error(errc::invalid_dsl, "advance() needs a context built with rc::virtual_time");
+  m.require_virtual("advance");
   m.run_virtual(t, [] { return false; });
   m.manual->set_now(t);
   m.io.restart();
@@ -292,13 +297,13 @@ void context::advance_to(time_point t) {
 
 void context::run_until_idle() {
   auto& m = *impl_;
-  if (!m.is_virtual) throw error(errc::invalid_dsl, "run_until_idle() needs a context built with rc::virtual_time");
+  m.require_virtual("run_until_idle");
   m.run_virtual(time_point::max(), [] { return false; });
 }
 
 void context::stall(duration d) {
   auto& m = *impl_;
-  if (!m.is_virtual) throw error(errc::invalid_dsl, "stall() needs a context built with rc::virtual_time");
+  m.require_virtual("stall");
   m.manual->set_now(now() + d);
 }
 

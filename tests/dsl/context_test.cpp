@@ -202,3 +202,13 @@ TEST_CASE("with 4 threads in real time, a reject-mode throttle admits exactly it
   CHECK(out.count() >= 5);
   CHECK(static_cast<double>(out.count()) <= 5 + 10 * elapsed + 1e-9);
 }
+
+TEST_CASE("a real-time context refuses advance, run_until_idle and stall with RC2001") {
+  rc::context ctx;
+  CHECK_THROWS_MATCHES(ctx.advance(1ms), rc::error,
+                       rc_error(rc::errc::invalid_dsl, "advance() needs a context built with rc::virtual_time"));
+  CHECK_THROWS_MATCHES(ctx.run_until_idle(), rc::error,
+                       rc_error(rc::errc::invalid_dsl, "run_until_idle() needs a context built with rc::virtual_time"));
+  CHECK_THROWS_MATCHES(ctx.stall(1ms), rc::error,
+                       rc_error(rc::errc::invalid_dsl, "stall() needs a context built with rc::virtual_time"));
+}
