@@ -1,21 +1,23 @@
 #include "rc/route.hpp"
 
+#include <algorithm>
+
 #include "rc/context.hpp"
 #include "rc/error.hpp"
 
 namespace rc {
 namespace {
 
-// The segment: runs the user steps as a nested run (segment wrappers such as retry wrap it).
+// A segment: runs a list of steps as a nested run (the segment wrappers, such as retry, wrap it).
 class segment_step final : public step {
  public:
-  explicit segment_step(std::vector<std::unique_ptr<step>>& steps) : steps_(steps) {}
+  explicit segment_step(std::vector<std::unique_ptr<step>> steps) : steps_(std::move(steps)) {}
   std::string_view operation() const override { return "route"; }
   bool owns_events() const noexcept override { return true; }
   task<outcome> run(exchange& ex, route_runtime& rt) override { return rt.run_steps(steps_, ex); }
 
  private:
-  std::vector<std::unique_ptr<step>>& steps_;
+  std::vector<std::unique_ptr<step>> steps_;
 };
 
 nlohmann::json error_json(const std::exception_ptr& e) {
@@ -33,20 +35,44 @@ nlohmann::json x_fields(const route_runtime& rt, const exchange& ex) {
 
 route_runtime::route_runtime(context& ctx, route_definition def)
     : ctx_(ctx), clock_(ctx.clock()), bus_(ctx.events()), def_(std::move(def)), intake_(ctx.clock()) {
-  for (auto& g : def_.gates) run_list_.push_back(std::move(g));
-  def_.gates.clear();
-  if (def_.segments.empty()) {
-    for (auto& s : def_.steps) run_list_.push_back(std::move(s));
-    def_.steps.clear();
-  } else {
-    std::unique_ptr<step> tail = std::make_unique<segment_step>(def_.steps);
-    for (auto it = def_.segments.rbegin(); it != def_.segments.rend(); ++it) tail = (*it)(std::move(tail));
-    run_list_.push_back(std::move(tail));
-  }
+  assemble_chain();
   for (const auto& s : run_list_) all_sync_ = all_sync_ && s->synchronous();
 }
 
 route_runtime::~route_runtime() = default;
+
+void route_runtime::assemble_chain() {
+  // Stable: wrappers of one layer keep their declaration order (concurrency: first outermost).
+  auto& wrappers = def_.wrappers;
+  std::stable_sort(wrappers.begin(), wrappers.end(),
+                   [](const route_wrapper& a, const route_wrapper& b) { return a.layer < b.layer; });
+  const auto below_gates = std::find_if(wrappers.begin(), wrappers.end(), [](const route_wrapper& w) {
+    return w.layer > route_layer::gate;
+  });
+
+  // The part below the gates: the user steps, flat when nothing wraps them.
+  std::vector<std::unique_ptr<step>> chain;
+  for (auto& g : def_.gates) chain.push_back(std::move(g));
+  def_.gates.clear();
+  if (below_gates == wrappers.end()) {
+    for (auto& s : def_.steps) chain.push_back(std::move(s));
+  } else {
+    std::unique_ptr<step> tail = std::make_unique<segment_step>(std::move(def_.steps));
+    for (auto it = wrappers.end(); it != below_gates;) tail = (--it)->wrap(std::move(tail));
+    chain.push_back(std::move(tail));
+  }
+  def_.steps.clear();
+
+  // Above the gates: the error handler(s) wrap the whole run.
+  if (below_gates == wrappers.begin()) {
+    run_list_ = std::move(chain);
+  } else {
+    std::unique_ptr<step> whole = std::make_unique<segment_step>(std::move(chain));
+    for (auto it = below_gates; it != wrappers.begin();) whole = (--it)->wrap(std::move(whole));
+    run_list_.push_back(std::move(whole));
+  }
+  wrappers.clear();
+}
 
 
 bool route_runtime::before_step(step& s, exchange& ex, time_point& started) {

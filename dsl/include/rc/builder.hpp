@@ -104,12 +104,32 @@ class route_builder {
 
   route_builder&& retry(retry_options o = {}) && {
     o.validate();
+    return std::move(*this).wrapper_call("retry", route_layer::retry, [o = std::move(o)](auto inner, scope s) {
+      return make_retry(o, std::move(inner), s);
+    });
+  }
+
+  /// Wrappers defined elsewhere plug in here. Before from(): a route-scope wrapper at `layer` of
+  /// the fixed chain (route_layer; one per layer, the last call wins, except concurrency, which
+  /// stacks with the first declared outermost). After from(): wraps the next step.
+  /// `make(inner, scope)` builds the wrapper; options are validated by the caller, at the call.
+  template <class Make>
+  route_builder&& wrapper_call(const char* name, route_layer layer, Make make) && {
+    static_assert(std::is_invocable_r_v<std::unique_ptr<rc::step>, const Make&, std::unique_ptr<rc::step>, scope>,
+                  "wrapper_call(): make(inner, scope) must return std::unique_ptr<rc::step>");
     if constexpr (!has_from) {
-      route_retry_ = std::move(o);  // last wins
+      if (layer == route_layer::gate) {
+        def_.gates.push_back(make(nullptr, scope::route));
+        return std::move(*this);
+      }
+      if (layer != route_layer::concurrency)
+        std::erase_if(def_.wrappers, [layer](const route_wrapper& w) { return w.layer == layer; });
+      def_.wrappers.push_back(
+          {layer, [make = std::move(make)](std::unique_ptr<rc::step> tail) { return make(std::move(tail), scope::route); }});
     } else {
-      push_pending("retry", [o = std::move(o)](std::unique_ptr<rc::step> inner) mutable {
-        return make_retry(std::move(o), std::move(inner), scope::step);
-      });
+      (void)layer;
+      push_pending(name,
+                   [make = std::move(make)](std::unique_ptr<rc::step> inner) { return make(std::move(inner), scope::step); });
     }
     return std::move(*this);
   }
@@ -158,11 +178,6 @@ class route_builder {
       using T = typename S::body_type;
       route_builder<T> next(std::move(def_));
       next.def_.source = std::make_unique<S>(std::move(src));
-      if (route_retry_) {
-        next.def_.segments.push_back([o = std::move(*route_retry_)](std::unique_ptr<rc::step> tail) mutable {
-          return make_retry(std::move(o), std::move(tail), scope::route);
-        });
-      }
       return next;
     }
   }
@@ -332,7 +347,6 @@ class route_builder {
 
   route_definition def_;
   std::vector<pending_wrapper> pending_;
-  std::optional<retry_options> route_retry_;
 };
 
 inline route_builder<no_body> craft() { return route_builder<no_body>(); }
