@@ -46,9 +46,8 @@ void route_runtime::assemble_chain() {
   auto& wrappers = def_.wrappers;
   std::stable_sort(wrappers.begin(), wrappers.end(),
                    [](const route_wrapper& a, const route_wrapper& b) { return a.layer < b.layer; });
-  const auto below_gates = std::find_if(wrappers.begin(), wrappers.end(), [](const route_wrapper& w) {
-    return w.layer > route_layer::gate;
-  });
+  const auto below_gates = std::find_if(wrappers.begin(), wrappers.end(),
+                                        [](const route_wrapper& w) { return w.layer > route_layer::gate; });
 
   // The part below the gates: the user steps, flat when nothing wraps them.
   std::vector<std::unique_ptr<step>> chain;
@@ -73,7 +72,6 @@ void route_runtime::assemble_chain() {
   }
   wrappers.clear();
 }
-
 
 bool route_runtime::before_step(step& s, exchange& ex, time_point& started) {
   ex.set_operation(s.label());
@@ -105,8 +103,8 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
     o.error = normalise(o.error);
     o.reported = true;
     bus.emit(event_id::step_error, [&] {
-      return nlohmann::json{{"routeId", id()}, {"error", error_json(o.error)}, {"operation", s.label()},
-                            {"exchange", ex.to_json()}};
+      return nlohmann::json{
+          {"routeId", id()}, {"error", error_json(o.error)}, {"operation", s.label()}, {"exchange", ex.to_json()}};
     });
     return;
   }

@@ -50,7 +50,9 @@ template <class T>
 inline constexpr bool always_false = false;
 
 template <class S>
-concept typed_source = std::derived_from<S, source_base> && requires { typename S::body_type; };
+concept typed_source = std::derived_from<S, source_base> && requires {
+  typename S::body_type;
+};
 template <class D>
 concept destination_object = std::derived_from<D, destination_base>;
 
@@ -124,12 +126,14 @@ class route_builder {
       }
       if (layer != route_layer::concurrency)
         std::erase_if(def_.wrappers, [layer](const route_wrapper& w) { return w.layer == layer; });
-      def_.wrappers.push_back(
-          {layer, [make = std::move(make)](std::unique_ptr<rc::step> tail) { return make(std::move(tail), scope::route); }});
+      def_.wrappers.push_back({layer, [make = std::move(make)](std::unique_ptr<rc::step> tail) {
+                                 return make(std::move(tail), scope::route);
+                               }});
     } else {
       (void)layer;
-      push_pending(name,
-                   [make = std::move(make)](std::unique_ptr<rc::step> inner) { return make(std::move(inner), scope::step); });
+      push_pending(name, [make = std::move(make)](std::unique_ptr<rc::step> inner) {
+        return make(std::move(inner), scope::step);
+      });
     }
     return std::move(*this);
   }
@@ -172,7 +176,8 @@ class route_builder {
   template <class S>
   auto from(S src) && {
     if constexpr (has_from) {
-      static_assert(detail::always_false<S>, "from(): a route has exactly one from(); start another route with rc::craft()");
+      static_assert(detail::always_false<S>,
+                    "from(): a route has exactly one from(); start another route with rc::craft()");
     } else {
       static_assert(detail::typed_source<S>, "from(): the argument is not a source (see rc/components.hpp)");
       using T = typename S::body_type;
@@ -281,8 +286,7 @@ class route_builder {
   // ---- build ------------------------------------------------------------------------------
   route_definition build() && {
     if constexpr (!has_from) {
-      throw error(errc::missing_from,
-                  fmt::format("route \"{}\" has no from(): every route needs a source", def_.id));
+      throw error(errc::missing_from, fmt::format("route \"{}\" has no from(): every route needs a source", def_.id));
     } else {
       if (!pending_.empty())
         throw error(errc::invalid_dsl,

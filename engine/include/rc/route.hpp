@@ -65,9 +65,9 @@ struct route_definition {
   std::string title;
   std::string description;
   std::unique_ptr<source_base> source;
-  std::vector<std::unique_ptr<step>> gates;        // route scope, admit once, declaration order
-  std::vector<route_wrapper> wrappers;             // route scope, other layers (any order)
-  std::vector<std::unique_ptr<step>> steps;        // the user pipeline
+  std::vector<std::unique_ptr<step>> gates;  // route scope, admit once, declaration order
+  std::vector<route_wrapper> wrappers;       // route scope, other layers (any order)
+  std::vector<std::unique_ptr<step>> steps;  // the user pipeline
 };
 
 /// The result of one run: how it ended, and the exchange as it ended (for replies).
