@@ -2,8 +2,10 @@
 // requests, refused past a hard ceiling, and the whole API sits behind a global throttle that
 // refuses (rather than queues) what the backend cannot take. Every gate event is printed.
 //
-//   build/samples/api_gateway [--port 8080] [--threads 1] [--quiet] [--for SECONDS]
+//   build/samples/api_gateway [--listen 127.0.0.1:8080] [--threads 1] [--quiet] [--for SECONDS]
 //   build/samples/api_gateway --self-test      # ephemeral port, calls itself, checks, exits
+//   --listen takes IPv6 in brackets ([::1]:8080, [::]:8080 for every address); --port N is
+//   short for --listen 127.0.0.1:N.
 //
 //   GET /api/hello?name=ada   per client: no delay for 3 requests per 10 s, then +100 ms per
 //                             request (at most 2 s); at most 6 per 10 s (draft-7 RateLimit
@@ -12,53 +14,82 @@
 //   GET /bench/limited        10 per minute per client (the load benchmark's 429)
 //
 //   curl -i 'http://127.0.0.1:8080/api/hello?name=ada'
+#include <charconv>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <rc/rc.hpp>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "listen_address.hpp"
 
 using namespace std::chrono_literals;
 
 namespace {
 
 struct settings {
-  std::uint16_t port = 8080;
+  samples::listen_address listen;
   unsigned threads = 1;
   bool quiet = false;
   bool self_test = false;
   int seconds = 0;  // 0: until SIGINT / SIGTERM
 };
 
+int to_int(std::string_view option, const std::string& text) {
+  int n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc{} || end != text.data() + text.size())
+    throw std::invalid_argument(fmt::format("{} \"{}\": not a whole number", option, text));
+  return n;
+}
+
+// Throws std::invalid_argument naming the option and what is wrong with its value.
 settings parse(int argc, char** argv) {
   settings s;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
-    if (a == "--port")
-      s.port = static_cast<std::uint16_t>(std::stoi(next()));
-    else if (a == "--threads")
-      s.threads = static_cast<unsigned>(std::stoi(next()));
-    else if (a == "--quiet")
+    auto next = [&] {
+      if (i + 1 >= argc) throw std::invalid_argument(a + ": the value is missing");
+      return std::string(argv[++i]);
+    };
+    if (a == "--listen") {
+      s.listen = samples::parse_listen(next());
+    } else if (a == "--port") {
+      const std::string text = next();
+      const int port = to_int("--port", text);
+      if (port < 0 || port > 65535) throw std::invalid_argument("--port " + text + ": not in [0, 65535]");
+      s.listen.port = static_cast<std::uint16_t>(port);
+    } else if (a == "--threads") {
+      const std::string text = next();
+      const int threads = to_int("--threads", text);
+      if (threads < 1) throw std::invalid_argument("--threads " + text + ": at least 1");
+      s.threads = static_cast<unsigned>(threads);
+    } else if (a == "--quiet") {
       s.quiet = true;
-    else if (a == "--for")
-      s.seconds = std::stoi(next());
-    else if (a == "--self-test")
+    } else if (a == "--for") {
+      s.seconds = to_int("--for", next());
+    } else if (a == "--self-test") {
       s.self_test = true;
-    else {
-      fmt::print(stderr, "usage: api_gateway [--port N] [--threads N] [--quiet] [--for SECONDS] [--self-test]\n");
+    } else {
+      fmt::print(stderr,
+                 "usage: api_gateway [--listen ADDR:PORT | --port N] [--threads N] [--quiet] [--for SECONDS] "
+                 "[--self-test]\n");
       std::exit(2);
     }
   }
-  if (s.self_test) s.port = 0;
+  if (s.self_test) s.listen.port = 0;
   return s;
 }
 
 // The API and the two benchmark routes, all on one server.
-rc::http_source_endpoint add_routes(rc::context& ctx, std::uint16_t port) {
-  auto hello = rc::http_source({.port = port, .path = "/api/hello"});
+rc::http_source_endpoint add_routes(rc::context& ctx, const samples::listen_address& at) {
+  const std::string& host = at.host;
+  const std::uint16_t port = at.port;
+  auto hello = rc::http_source({.host = host, .port = port, .path = "/api/hello"});
   ctx.add(rc::craft()
               .id("hello")
               .slow_down({.window = 10s,
@@ -90,14 +121,14 @@ rc::http_source_endpoint add_routes(rc::context& ctx, std::uint16_t port) {
   ctx.add(rc::craft()
               .id("bench-ok")
               .rate_limit(generous)
-              .from(rc::http_source({.port = port, .path = "/bench/ok"}))
+              .from(rc::http_source({.host = host, .port = port, .path = "/bench/ok"}))
               .transform([](rc::http_request) {
                 return nlohmann::json{{"ok", true}};
               }));
   ctx.add(rc::craft()
               .id("bench-limited")
               .rate_limit(strict)
-              .from(rc::http_source({.port = port, .path = "/bench/limited"}))
+              .from(rc::http_source({.host = host, .port = port, .path = "/bench/limited"}))
               .transform([](rc::http_request) {
                 return nlohmann::json{{"ok", true}};
               }));
@@ -129,24 +160,25 @@ double now_ms() {
 
 // Calls the gateway from a route of its own: eight quick requests from one client, then checks
 // what the issue promises: three undelayed, growing delays after, 429 past six, headers on all.
-int self_test(rc::context& ctx, std::uint16_t port) {
+int self_test(rc::context& ctx, const std::string& url_host, std::uint16_t port) {
   struct call {
     rc::http_response response;
     double elapsed_ms;
   };
   std::mutex m;
   std::vector<call> calls;
-  ctx.add(rc::craft()
-              .id("self-test")
-              .from(rc::sequence(std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}))
-              .process([](rc::exchange& ex) { ex.set_header("started", now_ms()); })
-              .request<rc::http_response>(rc::http(
-                  {.url = fmt::format("http://127.0.0.1:{}/api/hello?name=self", port), .throw_on_http_error = false}))
-              .process([&](rc::exchange& ex) {
-                const double started = ex.header("started")->get<double>();
-                std::lock_guard lock(m);
-                calls.push_back({ex.body<rc::http_response>(), now_ms() - started});
-              }));
+  ctx.add(
+      rc::craft()
+          .id("self-test")
+          .from(rc::sequence(std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8}))
+          .process([](rc::exchange& ex) { ex.set_header("started", now_ms()); })
+          .request<rc::http_response>(rc::http(
+              {.url = fmt::format("http://{}:{}/api/hello?name=self", url_host, port), .throw_on_http_error = false}))
+          .process([&](rc::exchange& ex) {
+            const double started = ex.header("started")->get<double>();
+            std::lock_guard lock(m);
+            calls.push_back({ex.body<rc::http_response>(), now_ms() - started});
+          }));
   ctx.drain();
   bool ok = calls.size() == 8;
   for (std::size_t i = 0; i < calls.size(); ++i) {
@@ -167,7 +199,13 @@ int self_test(rc::context& ctx, std::uint16_t port) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const settings s = parse(argc, argv);
+  settings s;
+  try {
+    s = parse(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "api_gateway: {}\n", e.what());
+    return 2;
+  }
   // SIGINT and SIGTERM are taken with sigwait below: block them before the worker threads exist.
   sigset_t signals;
   sigemptyset(&signals);
@@ -176,7 +214,14 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   rc::context ctx({.threads = s.threads, .shutdown_timeout = 5s});
-  auto hello = add_routes(ctx, s.port);
+  rc::http_source_endpoint hello = [&] {
+    try {
+      return add_routes(ctx, s.listen);
+    } catch (const rc::error& e) {
+      fmt::print(stderr, "api_gateway: {}\n", e.what());
+      std::exit(1);
+    }
+  }();
   std::vector<rc::subscription> subs;
   if (!s.quiet) subs = print_events(ctx);
   ctx.start();
@@ -188,11 +233,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (s.self_test) {
-    const int status = self_test(ctx, port);
+    const int status = self_test(ctx, s.listen.url_host(), port);
     ctx.stop();
     return status;
   }
-  fmt::print("api_gateway listening on http://127.0.0.1:{}  (GET /api/hello, /bench/ok, /bench/limited)\n", port);
+  fmt::print("api_gateway listening on http://{}:{}  (GET /api/hello, /bench/ok, /bench/limited)\n",
+             s.listen.url_host(), port);
   std::fflush(stdout);
   if (s.seconds > 0) {
     timespec t{s.seconds, 0};

@@ -4,6 +4,7 @@
 //   build/samples/rate_limited_client                   # against a local service it starts itself
 //   build/samples/rate_limited_client --calls 10 --rate 2
 //   build/samples/rate_limited_client --url 'http://127.0.0.1:8080/api/hello?name=client'
+//   build/samples/rate_limited_client --listen '[::1]:0'  # the local service on IPv6
 //
 // The local service allows 3 calls per 2 s per client (draft-7 RateLimit headers). All calls
 // start at once; `.retry(...).throttle(...)` puts every attempt, retries included, through the
@@ -16,8 +17,11 @@
 #include <map>
 #include <mutex>
 #include <rc/rc.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "listen_address.hpp"
 
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
@@ -25,11 +29,25 @@ using clock_type = std::chrono::steady_clock;
 namespace {
 
 struct settings {
-  std::string url;  // empty: start the local service
+  std::string url;                                                 // empty: start the local service
+  samples::listen_address listen{.host = "127.0.0.1", .port = 0};  // where the local service listens
   double rate = 2;
   int calls = 10;
 };
 
+double number(std::string_view option, const std::string& text) {
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+  }
+  if (used == 0 || used != text.size() || !(v > 0))
+    throw std::invalid_argument(fmt::format("{} \"{}\": not a number > 0", option, text));
+  return v;
+}
+
+// Throws std::invalid_argument naming the option and what is wrong with its value.
 settings parse(int argc, char** argv) {
   settings s;
   for (int i = 1; i < argc; ++i) {
@@ -37,12 +55,15 @@ settings parse(int argc, char** argv) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string("0"); };
     if (a == "--url")
       s.url = next();
+    else if (a == "--listen")
+      s.listen = samples::parse_listen(next());
     else if (a == "--rate")
-      s.rate = std::stod(next());
+      s.rate = number("--rate", next());
     else if (a == "--calls")
-      s.calls = std::stoi(next());
+      s.calls = static_cast<int>(number("--calls", next()));
     else {
-      fmt::print(stderr, "usage: rate_limited_client [--url URL] [--rate PER_SECOND] [--calls N]\n");
+      fmt::print(stderr,
+                 "usage: rate_limited_client [--url URL | --listen ADDR:PORT] [--rate PER_SECOND] [--calls N]\n");
       std::exit(2);
     }
   }
@@ -60,7 +81,13 @@ struct arrival {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const settings s = parse(argc, argv);
+  settings s;
+  try {
+    s = parse(argc, argv);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "rate_limited_client: {}\n", e.what());
+    return 2;
+  }
   rc::context ctx({.shutdown_timeout = 5s});
   const auto t0 = clock_type::now();
   auto since_start = [t0] { return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count(); };
@@ -71,7 +98,7 @@ int main(int argc, char** argv) {
   std::vector<double> refused_retry_after;
   std::string url = s.url;
   if (url.empty()) {
-    auto items = rc::http_source({.path = "/items/:id"});
+    auto items = rc::http_source({.host = s.listen.host, .port = s.listen.port, .path = "/items/:id"});
     ctx.add(rc::craft()
                 .id("service")
                 .rate_limit({.limit = 3,
@@ -105,7 +132,7 @@ int main(int argc, char** argv) {
            })
         .release();
     ctx.start();
-    url = fmt::format("http://127.0.0.1:{}/items/", items.port());
+    url = fmt::format("http://{}:{}/items/", s.listen.url_host(), items.port());
   } else {
     ctx.start();
   }

@@ -411,10 +411,12 @@ class connection : public std::enable_shared_from_this<connection> {
       return;
     }
     for (;;) {
+      if (!parser_ && in_.size() > 0 && !skip_blank_lines()) return;
       if (in_.size() == 0) {
         if (!parser_) {
           if (in_.capacity() > watch_limit) in_.shrink_to_fit();
-          set_deadline(steady::now() + server_->options().idle_timeout);
+          // Empty lines alone do not start a request, nor put the idle deadline off.
+          if (blank_ == 0) set_deadline(steady::now() + server_->options().idle_timeout);
         } else {
           maybe_continue();
         }
@@ -428,12 +430,20 @@ class connection : public std::enable_shared_from_this<connection> {
         parser_->body_limit(o.max_body_bytes);
         parser_->eager(true);
         continue_sent_ = false;
+        header_checked_ = false;
         set_deadline(steady::now() + o.read_timeout);
       }
       beast::error_code ec;
       const std::size_t used = parser_->put(in_.data(), ec);
       in_.consume(used);
-      if (ec == bhttp::error::need_more) {
+      // The framing is decided from the header alone: judge it before anything else happens
+      // (100 Continue, reading the body, answering).
+      if (!header_checked_ && parser_->is_header_done()) {
+        header_checked_ = true;
+        if (!header_acceptable()) return;
+      }
+      if (ec == bhttp::error::need_more || (!ec && used == 0 && !parser_->is_done())) {
+        if (!pending_chunk_lines_acceptable()) return;
         maybe_continue();
         do_read();
         return;
@@ -453,6 +463,108 @@ class connection : public std::enable_shared_from_this<connection> {
     }
   }
 
+  // Empty lines before a request line are skipped (RFC 9112 section 2.2), up to
+  // leading_blank_limit bytes since the last request. False when the connection is done for.
+  bool skip_blank_lines() {
+    const auto* data = static_cast<const char*>(in_.data().data());
+    const std::size_t size = in_.size();
+    std::size_t n = 0;
+    while (n < size && (data[n] == '\r' || data[n] == '\n')) ++n;
+    if (n == 0) return true;
+    in_.consume(n);
+    blank_ += n;
+    if (blank_ <= http_server_options::leading_blank_limit) return true;
+    reject(400, "bad_request",
+           fmt::format("more than {} bytes of empty lines before the request line",
+                       http_server_options::leading_blank_limit));
+    return false;
+  }
+
+  // Framing and Host (RFC 9112 sections 3.2, 6.1 and 6.3). Beast frames a request whose last
+  // transfer coding is not chunked as one without a body, and lets a Content-Length that follows
+  // such a Transfer-Encoding frame it: both would let a client smuggle a second request inside
+  // the body. So: any Transfer-Encoding with a Content-Length, or in HTTP/1.0, or whose final
+  // coding is not a single chunked, is 400; chunked after another coding (gzip, chunked) is 501,
+  // as we decode none. Every refusal closes the connection: the rest of the stream cannot be
+  // framed. No allocation: the fields are read in place.
+  bool header_acceptable() {
+    const auto& req = parser_->get();
+    const std::size_t hosts = req.count(bhttp::field::host);
+    if (hosts > 1 || (hosts == 0 && req.version() >= 11)) {
+      reject(400, "bad_request",
+             hosts > 1 ? "a request may carry one Host header only" : "an HTTP/1.1 request needs a Host header");
+      return false;
+    }
+    const auto [first, last] = req.equal_range(bhttp::field::transfer_encoding);
+    if (first == last) return true;
+    if (req.count(bhttp::field::content_length) > 0) {
+      reject(400, "bad_request", "a request may not carry both Transfer-Encoding and Content-Length");
+      return false;
+    }
+    if (req.version() < 11) {
+      reject(400, "bad_request", "Transfer-Encoding is not allowed in an HTTP/1.0 request");
+      return false;
+    }
+    std::size_t codings = 0;
+    bool chunked_before_last = false, other = false, last_chunked = false;
+    for (auto it = first; it != last; ++it) {
+      std::string_view list(it->value().data(), it->value().size());
+      while (!list.empty()) {
+        const auto comma = list.find(',');
+        std::string_view coding = list.substr(0, comma);
+        list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+        while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) coding.remove_prefix(1);
+        while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) coding.remove_suffix(1);
+        if (coding.empty()) continue;  // empty list elements are allowed and mean nothing
+        ++codings;
+        if (last_chunked) chunked_before_last = true;
+        last_chunked = http_detail::iequals(coding, "chunked");
+        if (!last_chunked) other = true;
+      }
+    }
+    if (codings == 0 || !last_chunked || chunked_before_last || !parser_->chunked()) {
+      reject(400, "bad_request", "the final transfer coding of a request must be chunked, once");
+      return false;
+    }
+    if (other) {
+      reject(501, "not_implemented", "no transfer coding other than chunked is supported");
+      return false;
+    }
+    return true;
+  }
+
+  // Beast buffers a chunk-size line, its extensions and the trailer section without a bound of
+  // its own: they stay in `in_`, unconsumed, until they end. Hold the line to chunk_line_limit
+  // and the trailers to max_header_bytes.
+  bool pending_chunk_lines_acceptable() {
+    if (!parser_->is_header_done() || !parser_->chunked() || parser_->is_done()) return true;
+    std::string_view pending(static_cast<const char*>(in_.data().data()), in_.size());
+    if (pending.size() <= std::min(http_server_options::chunk_line_limit, server_->options().max_header_bytes))
+      return true;
+    if (pending.substr(0, 2) == "\r\n") pending.remove_prefix(2);  // the end of the last chunk's data
+    const auto eol = pending.find("\r\n");
+    if (eol == std::string_view::npos || eol > http_server_options::chunk_line_limit) {
+      reject(400, "bad_request",
+             fmt::format("a chunk-size line exceeds {} bytes", http_server_options::chunk_line_limit));
+      return false;
+    }
+    // A complete line left unconsumed is the last chunk's: the trailer section follows it.
+    if (pending.size() - eol - 2 > server_->options().max_header_bytes) {
+      reject(400, "bad_request", fmt::format("request trailers exceed {} bytes", server_->options().max_header_bytes));
+      return false;
+    }
+    return true;
+  }
+
+  // A request the connection cannot go on after: answer and close.
+  void reject(int status, std::string_view code, std::string_view message) {
+    parser_.reset();
+    head_ = false;  // the request's method is not to be trusted either: the body goes out
+    busy_ = true;
+    close_after_ = true;
+    respond(http_detail::error_response(status, code, message));
+  }
+
   void maybe_continue() {
     if (!parser_ || continue_sent_ || !parser_->is_header_done() || parser_->is_done()) return;
     const auto expect = parser_->get()[bhttp::field::expect];
@@ -462,18 +574,14 @@ class connection : public std::enable_shared_from_this<connection> {
   }
 
   void parse_error(beast::error_code ec) {
-    parser_.reset();
-    busy_ = true;
-    close_after_ = true;  // the stream cannot be trusted past a bad request
+    // The stream cannot be trusted past a bad request: reject() closes.
     if (ec == bhttp::error::header_limit)
-      respond(http_detail::error_response(
-          431, "header_fields_too_large",
-          fmt::format("request headers exceed {} bytes", server_->options().max_header_bytes)));
+      reject(431, "header_fields_too_large",
+             fmt::format("request headers exceed {} bytes", server_->options().max_header_bytes));
     else if (ec == bhttp::error::body_limit)
-      respond(http_detail::error_response(
-          413, "payload_too_large", fmt::format("request body exceeds {} bytes", server_->options().max_body_bytes)));
+      reject(413, "payload_too_large", fmt::format("request body exceeds {} bytes", server_->options().max_body_bytes));
     else
-      respond(http_detail::error_response(400, "bad_request", "malformed HTTP request"));
+      reject(400, "bad_request", "malformed HTTP request");
   }
 
   // ---- one request ----
@@ -492,6 +600,7 @@ class connection : public std::enable_shared_from_this<connection> {
   void start_request() {
     auto req = parser_->release();
     parser_.reset();
+    blank_ = 0;
     busy_ = true;
     response_started_ = false;
     keep_alive_ = req.keep_alive();
@@ -592,7 +701,7 @@ class connection : public std::enable_shared_from_this<connection> {
       finish(rt.process_now(std::move(ex)));
       return;
     }
-    rc::spawn([self = shared_from_this(), route = &rt, ex = std::move(ex)]() mutable {
+    rc::spawn(rt.frames(), [self = shared_from_this(), route = &rt, ex = std::move(ex)]() mutable {
       return run_exchange(std::move(self), route, std::move(ex));
     });
   }
@@ -813,6 +922,8 @@ class connection : public std::enable_shared_from_this<connection> {
   bool close_after_ = false;
   bool lingering_ = false;
   bool continue_sent_ = false;
+  bool header_checked_ = false;  // header_acceptable() has judged the current request
+  std::size_t blank_ = 0;        // empty-line bytes skipped since the last request
   bool gone_ = false;
   bool closed_ = false;
   bool keep_alive_ = true;
@@ -874,7 +985,9 @@ class http_server_registry {
   explicit http_server_registry(context& ctx) : ctx_(ctx) {}
 
   std::shared_ptr<server> attach(const http_source_options& o, route_runtime& rt) {
-    const std::string host = o.host == "localhost" ? "127.0.0.1" : o.host;
+    // One spelling per address ("[::1]" and "::1", "localhost" and "127.0.0.1" are one server).
+    const std::string host =
+        o.host == "localhost" ? "127.0.0.1" : http_detail::format_ip(http_detail::parse_ip(o.host).value());
     std::lock_guard lock(mutex_);
     // Port 0 routes of a host share one ephemeral server; a route naming that server's port
     // joins it too.

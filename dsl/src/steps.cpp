@@ -28,7 +28,7 @@ outcome tap_step::run_now(exchange& ex, route_runtime& rt) {
       ctx.work_finished();
       return;
     }
-    rc::spawn([d, copy, &rt, &ctx, report]() -> task<void> {
+    rc::spawn(rt.frames(), [d, copy, &rt, &ctx, report]() -> task<void> {
       try {
         co_await d->send(*copy, rt);
       } catch (...) {

@@ -142,6 +142,13 @@ void scheduler::unlink_signals(timer_wait* w) {
   }
 }
 
+void scheduler::forget(timer_wait& node) noexcept {
+  std::lock_guard lock(mutex_);
+  if (node.heap_index == static_cast<std::size_t>(-1)) return;
+  heap_remove(&node);
+  unlink_signals(&node);
+}
+
 std::size_t scheduler::fire_due(time_point limit, bool one) {
   std::vector<std::coroutine_handle<>> woken;
   {

@@ -68,12 +68,19 @@ std::string iso_timestamp(std::chrono::system_clock::time_point tp) {
   return fmt::format("{:%Y-%m-%dT%H:%M:%S}.{:03}Z", tm, ms % 1000);
 }
 
+// The context's io_context, able to drop what is queued on it before the rest of the context goes.
+class context_io : public asio::io_context {
+ public:
+  /// Destroys every pending handler without running it (what ~io_context would do later).
+  void discard_pending() { shutdown(); }
+};
+
 }  // namespace
 
 struct context::impl {
   context_options options;
   bool is_virtual;
-  asio::io_context io;
+  context_io io;
   std::unique_ptr<scheduler> clock;
   manual_clock* manual = nullptr;
   std::unique_ptr<event_bus> bus;
@@ -179,7 +186,14 @@ context::context(virtual_time_t, context_options options)
 
 context::~context() {
   if (impl_->phase == impl::state::started) stop();
-  // Anything still queued (abandoned by a forced stop) is destroyed with the io_context.
+  // A forced stop may have abandoned runs (and sources) suspended in a step that never finished.
+  // Nothing can resume them now: free their frames while the routes, clock and bus they refer to
+  // still exist. Resumptions still queued on the io_context go with it, never run.
+  for (auto& r : impl_->routes) r->frames_.destroy_all();
+  // Then the handlers still queued (a socket's pending read holds its HTTP connection, which
+  // holds an exchange's abort signal): destroyed now, while the clock and the bus they may touch
+  // still exist, rather than by ~io_context after them.
+  impl_->io.discard_pending();
 }
 
 route_runtime& context::add(route_definition def) {
@@ -192,7 +206,7 @@ route_runtime& context::add(route_definition def) {
   if (impl_->phase == impl::state::started) {
     if (rt.definition().source->finite()) impl_->finite_sources.fetch_add(1);
     impl_->open_sources.fetch_add(1);
-    rc::spawn([this, &rt] { return impl_->run_source(rt); });
+    rc::spawn(rt.frames_, [this, &rt] { return impl_->run_source(rt); });
   }
   return rt;
 }
@@ -209,7 +223,7 @@ void context::start() {
     if (r->definition().source->finite()) m.finite_sources.fetch_add(1);
     m.open_sources.fetch_add(1);
     route_runtime* rt = r.get();
-    asio::post(m.io, [&m, rt] { rc::spawn([&m, rt] { return m.run_source(*rt); }); });
+    asio::post(m.io, [&m, rt] { rc::spawn(rt->frames_, [&m, rt] { return m.run_source(*rt); }); });
   }
   if (!m.is_virtual) {
     m.guard.emplace(m.io.get_executor());

@@ -170,15 +170,29 @@ void event_bus::dispatch(event_id id, nlohmann::json details) {
   }
 }
 
+namespace {
+// Set while this thread delivers the report of a failing handler.
+thread_local bool reporting_handler_failure = false;
+}  // namespace
+
 void event_bus::report_handler_failure(event_id id, std::exception_ptr e) {
-  // A failing context:error handler is not re-reported: that would recurse.
-  if (id == event_id::context_error) return;
-  const rc::error err = to_error(e);
-  emit(event_id::context_error, [&] {
-    return nlohmann::json{{"error", {{"code", err.code_string()}, {"message", err.message()}}},
-                          {"event", std::string(event_name(id))},
-                          {"source", "event-handler"}};
-  });
+  // Each failure is reported once, context:error handlers included. A handler that fails again on
+  // the report itself (a throwing context:error or "*" handler) is not reported a second time:
+  // that would recurse.
+  if (reporting_handler_failure) return;
+  reporting_handler_failure = true;
+  struct done_reporting {
+    ~done_reporting() { reporting_handler_failure = false; }
+  } guard;
+  try {
+    const rc::error err = to_error(e);
+    emit(event_id::context_error, [&] {
+      return nlohmann::json{{"error", {{"code", err.code_string()}, {"message", err.message()}}},
+                            {"event", std::string(event_name(id))},
+                            {"source", "event-handler"}};
+    });
+  } catch (...) {  // out of memory building the report: the emitter must not see it
+  }
 }
 
 }  // namespace rc

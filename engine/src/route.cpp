@@ -228,6 +228,7 @@ run_result route_runtime::process_now(exchange ex) {
 }
 
 detail::detached route_runtime::spawn_run(exchange ex) {
+  detail::frame_set::member tracked(frames_, co_await detail::this_frame{});
   time_point started{};
   begin_run(ex, started);
   // run_steps' loop, inlined: awaiting run_steps would add a frame to every parked exchange.

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <coroutine>
+#include <memory>
 #include <optional>
 #include <rc/rc.hpp>
 #include <stdexcept>
@@ -37,13 +39,24 @@ struct reply {
 class raw_client {
  public:
   /// `check`: REQUIRE the connection (only on the test's own thread: Catch is not thread-safe).
-  explicit raw_client(std::uint16_t port, bool check = true) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    const bool connected = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  /// `host`: an IPv4 or IPv6 address.
+  explicit raw_client(std::uint16_t port, bool check = true, const std::string& host = "127.0.0.1") {
+    bool connected = false;
+    if (host.find(':') == std::string::npos) {
+      fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(port);
+      ::inet_pton(AF_INET, host.c_str(), &a.sin_addr);
+      connected = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    } else {
+      fd_ = ::socket(AF_INET6, SOCK_STREAM, 0);
+      sockaddr_in6 a{};
+      a.sin6_family = AF_INET6;
+      a.sin6_port = htons(port);
+      ::inet_pton(AF_INET6, host.c_str(), &a.sin6_addr);
+      connected = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    }
     if (check) REQUIRE(connected);
   }
   raw_client(const raw_client&) = delete;
@@ -610,6 +623,320 @@ TEST_CASE("http: oversized headers are 431, an oversized body 413, and the conne
   }
   CHECK(request(port, post("/u", std::string(100, 'd'), "text/plain")).body == "100");
   CHECK(request(port, "BREW /u HTTP/1.1\r\nHost t\r\n\r\n").status == 400);
+}
+
+// ---- framing: chunked lines, Transfer-Encoding, Host, empty lines --------------------------------
+
+namespace {
+
+/// An echo of the request body on POST /echo, and a counter of requests reaching GET /smuggled.
+struct framing_server {
+  rc::context ctx{quick_stop()};
+  rc::http_source_endpoint echo;
+  std::shared_ptr<std::atomic<int>> smuggled = std::make_shared<std::atomic<int>>(0);
+  std::optional<running> run;
+
+  explicit framing_server(rc::http_server_options server = {.read_timeout = 30s})
+      : echo(rc::http_source({.path = "/echo", .method = "POST", .server = server})) {
+    ctx.add(rc::craft().id("echo").from(echo).transform([](rc::http_request r) { return r.body; }));
+    ctx.add(rc::craft()
+                .id("smuggled")
+                .from(rc::http_source({.path = "/smuggled", .method = "*"}))
+                .transform([n = smuggled](rc::http_request) {
+                  ++*n;
+                  return std::string("smuggled");
+                }));
+    run.emplace(ctx);
+  }
+  std::uint16_t port() const { return echo.port(); }
+};
+
+}  // namespace
+
+TEST_CASE("http: chunked bodies with extensions and trailers within the limits are read") {
+  framing_server s;
+  raw_client c(s.port());
+  c.send(
+      "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "5;name=value;flag\r\nhello\r\n" +
+      fmt::format("6;x={}\r\n world\r\n", std::string(3000, 'e')) + "0\r\nX-Checksum: abc\r\nX-More: def\r\n\r\n");
+  auto r = c.read();
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(r->body == "hello world");
+  c.send(get("/smuggled"));  // the connection goes on
+  r = c.read();
+  REQUIRE(r);
+  CHECK(r->status == 200);
+}
+
+TEST_CASE("http: a chunk-size line that never ends is 400 and closes once it passes its limit") {
+  framing_server s;  // read_timeout 30 s: a 408 could not come in time for this test
+  const std::string start = "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n";
+  SECTION("an endless chunk extension") {
+    raw_client c(s.port());
+    c.send(start + "5\r\nhello\r\n1;ext=");
+    // 64 KiB, no line end: were the line buffered without a bound, no answer would come before
+    // the read timeout, whatever the client sent.
+    for (int i = 0; i < 16; ++i) c.send(std::string(4096, 'x'));
+    const auto r = c.read(3000ms);
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(r->json()["message"] == "a chunk-size line exceeds 4096 bytes");
+    const auto* connection = r->header("Connection");
+    CHECK((connection && *connection == "close"));
+    CHECK(c.closed_within(3000ms));
+  }
+  SECTION("an endless chunk size") {
+    raw_client c(s.port());
+    c.send(start);
+    for (int i = 0; i < 16; ++i) c.send(std::string(4096, '0'));
+    const auto r = c.read(3000ms);
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(c.closed_within(3000ms));
+  }
+  CHECK(*s.smuggled == 0);
+}
+
+TEST_CASE("http: trailers are held to max_header_bytes: an endless or oversized trailer section is 400") {
+  framing_server s({.max_header_bytes = 1024, .read_timeout = 30s});
+  const std::string start = "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n";
+  SECTION("one trailer line that never ends") {
+    raw_client c(s.port());
+    c.send(start + "X-Trailer: ");
+    for (int i = 0; i < 16; ++i) c.send(std::string(4096, 't'));
+    const auto r = c.read(3000ms);
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(r->json()["message"] == "request trailers exceed 1024 bytes");
+    CHECK(c.closed_within(3000ms));
+  }
+  SECTION("many short trailer lines") {
+    raw_client c(s.port());
+    c.send(start);
+    for (int i = 0; i < 200; ++i) c.send(fmt::format("X-T-{}: v\r\n", i));
+    const auto r = c.read(3000ms);
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(c.closed_within(3000ms));
+  }
+  SECTION("a trailer section within the limit") {
+    raw_client c(s.port());
+    c.send(start + "X-T: " + std::string(900, 'v') + "\r\n\r\n");
+    const auto r = c.read(3000ms);
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(r->body == "hello");
+  }
+}
+
+TEST_CASE("http: a Transfer-Encoding the server cannot frame is refused and its body never served as a request") {
+  framing_server s;
+  const std::string inner = "GET /smuggled HTTP/1.1\r\nHost: t\r\n\r\n";
+  const std::string chunked_inner = fmt::format("{:x}\r\n{}\r\n0\r\n\r\n", inner.size(), inner);
+  struct refused {
+    std::string headers;
+    std::string body;
+    int status;
+  };
+  const std::vector<refused> cases = {
+      {"Transfer-Encoding: gzip\r\n", inner, 400},
+      {"Transfer-Encoding: chunked, gzip\r\n", inner, 400},
+      {"Transfer-Encoding: identity\r\n", inner, 400},
+      {"Transfer-Encoding: xchunked\r\n", inner, 400},
+      {"Transfer-Encoding: chunked, chunked\r\n", chunked_inner, 400},
+      {"Transfer-Encoding: ,\r\n", inner, 400},
+      {fmt::format("Transfer-Encoding: gzip\r\nContent-Length: {}\r\n", inner.size()), inner, 400},
+      {fmt::format("Content-Length: {}\r\nTransfer-Encoding: gzip\r\n", inner.size()), inner, 400},
+      {fmt::format("Transfer-Encoding: chunked\r\nContent-Length: {}\r\n", chunked_inner.size()), chunked_inner, 400},
+      {fmt::format("Content-Length: {}\r\nTransfer-Encoding: chunked\r\n", chunked_inner.size()), chunked_inner, 400},
+      {"Transfer-Encoding: gzip, chunked\r\n", chunked_inner + inner, 501},
+      {"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", chunked_inner + inner, 501},
+  };
+  for (const auto& k : cases) {
+    INFO(k.headers);
+    raw_client c(s.port());
+    c.send("POST /echo HTTP/1.1\r\nHost: t\r\n" + k.headers + "\r\n" + k.body + inner);
+    const auto r = c.read();
+    REQUIRE(r);
+    CHECK(r->status == k.status);
+    const auto* connection = r->header("Connection");
+    CHECK((connection && *connection == "close"));
+    CHECK(c.closed_within(3000ms));  // closed: nothing after the header was taken for a request
+  }
+  {  // HTTP/1.0 has no transfer codings: the framing cannot be trusted
+    raw_client c(s.port());
+    c.send("POST /echo HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked_inner + inner);
+    const auto r = c.read();
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(c.closed_within(3000ms));
+  }
+  CHECK(*s.smuggled == 0);
+  // chunked alone, in any case, is fine, and the request after it is served
+  raw_client c(s.port());
+  c.send("POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: Chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n" + inner);
+  auto r = c.read();
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(r->body == "hello");
+  r = c.read();
+  REQUIRE(r);
+  CHECK(r->body == "smuggled");
+  CHECK(*s.smuggled == 1);
+}
+
+TEST_CASE("http: an HTTP/1.1 request without Host, or any request with two, is 400") {
+  framing_server s;
+  for (const std::string raw :
+       {"GET /smuggled HTTP/1.1\r\n\r\n", "GET /smuggled HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        "GET /smuggled HTTP/1.0\r\nHost: a\r\nhost: b\r\n\r\n"}) {
+    INFO(raw);
+    raw_client c(s.port());
+    c.send(raw);
+    const auto r = c.read();
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(c.closed_within(3000ms));
+  }
+  CHECK(*s.smuggled == 0);
+  CHECK(request(s.port(), "GET /smuggled HTTP/1.0\r\n\r\n").status == 200);  // HTTP/1.0 needs none
+}
+
+TEST_CASE("http: empty lines before a request line are skipped, up to a bound") {
+  framing_server s;
+  {
+    raw_client c(s.port());
+    c.send("\r\n\r\n\n" + post("/echo", "one", "text/plain") + "\r\n");  // a stray CRLF after the body too
+    auto r = c.read();
+    REQUIRE(r);
+    CHECK(r->status == 200);
+    CHECK(r->body == "one");
+    c.send("\r\n" + get("/smuggled"));
+    r = c.read();
+    REQUIRE(r);
+    CHECK(r->status == 200);
+  }
+  {
+    raw_client c(s.port());
+    std::string blank;
+    while (blank.size() <= rc::http_server_options::leading_blank_limit) blank += "\r\n";
+    c.send(blank + get("/smuggled"));
+    const auto r = c.read();
+    REQUIRE(r);
+    CHECK(r->status == 400);
+    CHECK(c.closed_within(3000ms));
+  }
+  CHECK(*s.smuggled == 1);
+}
+
+// ---- a forced stop -------------------------------------------------------------------------------
+
+namespace {
+struct never_resumes {
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<>) const noexcept {}
+  void await_resume() const noexcept {}
+};
+
+// A step that never finishes; its frame holds `held`.
+class stuck_destination final : public rc::destination_base {
+ public:
+  explicit stuck_destination(std::shared_ptr<int> held) : held_(std::move(held)) {}
+  std::string_view adapter() const override { return "stuck"; }
+  bool synchronous() const noexcept override { return false; }
+  rc::task<void> send(rc::exchange&, rc::route_runtime&) override {
+    const std::shared_ptr<int> keep = held_;
+    co_await never_resumes{};
+  }
+
+ private:
+  std::shared_ptr<int> held_;
+};
+}  // namespace
+
+TEST_CASE("http: a request stuck in a step when a stop gives up is freed with the context, connection and all") {
+  auto held = std::make_shared<int>(0);
+  std::optional<raw_client> c;
+  {
+    rc::context ctx({.shutdown_timeout = 30ms});
+    auto src = rc::http_source({.path = "/stuck"});
+    ctx.add(rc::craft().id("stuck").from(src).to(stuck_destination(held)));
+    ctx.start();
+    c.emplace(src.port());
+    c->send(get("/stuck"));
+    for (int i = 0; i < 2000 && held.use_count() < 3; ++i) std::this_thread::sleep_for(1ms);
+    REQUIRE(held.use_count() == 3);  // the destination and the stuck run
+    const rc::stop_result result = ctx.stop();
+    CHECK(result.forced);
+  }
+  CHECK(held.use_count() == 1);
+  CHECK(c->closed_within(1000ms));  // the connection went with it
+}
+
+// ---- IPv6 ---------------------------------------------------------------------------------------
+
+namespace {
+/// Whether this machine has an IPv6 loopback to listen on.
+bool ipv6_loopback() {
+  const int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_loopback;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(fd);
+  return ok;
+}
+}  // namespace
+
+TEST_CASE("http: a server on ::1 serves IPv6 clients, and [::1] names the same server") {
+  if (!ipv6_loopback()) {
+    WARN("skipped: this machine has no IPv6 loopback (::1)");
+    return;
+  }
+  rc::context ctx(quick_stop());
+  auto who = rc::http_source({.host = "::1", .path = "/who"});
+  ctx.add(rc::craft().id("who").from(who).transform([](rc::http_request r) {
+    return nlohmann::json{{"peer", r.peer}, {"key", r.client_key}};
+  }));
+  auto other = rc::http_source({.host = "[::1]", .path = "/other"});
+  ctx.add(rc::craft().id("other").from(other).transform([](rc::http_request) { return std::string("other"); }));
+  running run(ctx);
+  REQUIRE(other.port() == who.port());
+  raw_client c(who.port(), true, "::1");
+  c.send(get("/who"));
+  auto r = c.read();
+  REQUIRE(r);
+  CHECK(r->status == 200);
+  CHECK(r->json()["peer"] == "::1");
+  CHECK(r->json()["key"] == "::/56");
+  c.send(get("/other"));
+  r = c.read();
+  REQUIRE(r);
+  CHECK(r->body == "other");
+}
+
+TEST_CASE("http: a server on :: takes IPv4 and IPv6 clients alike") {
+  if (!ipv6_loopback()) {
+    WARN("skipped: this machine has no IPv6 loopback (::1)");
+    return;
+  }
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.host = "::", .path = "/who"});
+  ctx.add(rc::craft().id("who").from(src).transform([](rc::http_request r) { return r.peer; }));
+  running run(ctx);
+  raw_client v6(src.port(), true, "::1");
+  v6.send(get("/who"));
+  auto r = v6.read();
+  REQUIRE(r);
+  CHECK(r->body == "::1");
+  raw_client v4(src.port(), true, "127.0.0.1");
+  v4.send(get("/who"));
+  r = v4.read();
+  REQUIRE(r);
+  CHECK(r->body == "127.0.0.1");  // an IPv4-mapped peer is reported as IPv4
 }
 
 TEST_CASE("http: a request trickling in slower than read_timeout is 408 (slowloris)") {

@@ -242,6 +242,69 @@ TEST_CASE("a context:error handler that throws is not re-reported (no recursion)
   CHECK(out.count() == 1);
 }
 
+TEST_CASE("a throwing handler does not keep the event from the other handlers of the same event") {
+  rc::context ctx(rc::virtual_time);
+  int before = 0, after = 0, catch_all = 0;
+  rc::subscription first = ctx.on("route:exchange:started", [&](const rc::event&) { ++before; });
+  rc::subscription bad = ctx.on("route:exchange:started", [](const rc::event&) { throw std::runtime_error("bug"); });
+  rc::subscription last = ctx.on("route:exchange:started", [&](const rc::event&) { ++after; });
+  rc::subscription all = ctx.on("*", [&](const rc::event& e) {
+    if (e.name == "route:exchange:started") ++catch_all;
+  });
+  event_recorder errors(ctx, "context:error");
+  ctx.add(rc::craft().id("r").from(rc::simple(std::vector<int>{1, 2, 3})).to(rc::noop()));
+  ctx.start();
+  ctx.drain();
+  CHECK(before == 3);
+  CHECK(after == 3);
+  CHECK(catch_all == 3);
+  const auto reported = errors.all();
+  REQUIRE(reported.size() == 3);  // once per failure
+  for (const auto& e : reported) {
+    CHECK(e.details["event"] == "route:exchange:started");
+    CHECK(e.details["source"] == "event-handler");
+    CHECK(e.details["error"]["message"] == "bug");
+  }
+}
+
+TEST_CASE("a context:error handler that throws is reported once, as context:error naming context:error") {
+  rc::context ctx(rc::virtual_time);
+  int bad_calls = 0;
+  event_recorder errors(ctx, "context:error");  // subscribed first: sees each event before `bad`
+  rc::subscription bad = ctx.on("context:error", [&](const rc::event&) {
+    ++bad_calls;
+    throw std::runtime_error("error handler bug");
+  });
+  ctx.add(
+      rc::craft().id("r").from(rc::simple(1)).transform([](int) -> int { throw std::runtime_error("step failed"); }));
+  ctx.start();
+  ctx.drain();
+  const auto reported = errors.all();
+  REQUIRE(reported.size() == 2);  // the route's failure, then the handler's, and nothing more
+  CHECK(reported[0].details["route"] == "r");
+  CHECK(reported[1].details["event"] == "context:error");
+  CHECK(reported[1].details["source"] == "event-handler");
+  CHECK(reported[1].details["error"]["message"] == "error handler bug");
+  CHECK(bad_calls == 2);  // it saw the report of its own failure, threw again: not reported again
+}
+
+TEST_CASE("a catch-all handler that throws on everything is reported once per event, without recursing") {
+  rc::context ctx(rc::virtual_time);
+  rc::subscription bad = ctx.on("*", [](const rc::event&) { throw std::runtime_error("always"); });
+  event_recorder errors(ctx, "context:error");
+  event_recorder started(ctx, "route:exchange:started");
+  ctx.add(rc::craft().id("r").from(rc::simple(std::vector<int>{1, 2})).to(rc::noop()));
+  ctx.start();
+  ctx.drain();
+  REQUIRE(started.count("route:exchange:started") == 2);
+  std::size_t for_started = 0;
+  for (const auto& e : errors.all()) {
+    CHECK(e.details["event"] != "context:error");  // the failing reports are not reported
+    if (e.details["event"] == "route:exchange:started") ++for_started;
+  }
+  CHECK(for_started == 2);
+}
+
 TEST_CASE("the payload envelope is {ts, contextId, details, _event} with an ISO-8601 ts") {
   rc::context ctx(rc::virtual_time, {.id = "ctx-test"});
   event_recorder events(ctx, "route:throttle:delayed");

@@ -121,6 +121,12 @@ struct http_server_options {
   static constexpr std::size_t default_max_header_bytes = 8 * 1024;
   static constexpr std::size_t default_max_body_bytes = 1024 * 1024;
   static constexpr std::size_t default_max_connections = 10000;
+  /// Fixed limits (docs/http.md lists what a client gets past each). A chunk-size line of a
+  /// chunked request body, extensions included: 400 beyond (its trailers count against
+  /// max_header_bytes, also 400 beyond).
+  static constexpr std::size_t chunk_line_limit = 4 * 1024;
+  /// Empty lines (CRLF) before a request line are skipped, up to this many bytes: 400 beyond.
+  static constexpr std::size_t leading_blank_limit = 1024;
 
   std::size_t max_header_bytes = default_max_header_bytes;  // request line + headers: 431 beyond
   std::size_t max_body_bytes = default_max_body_bytes;      // 413 beyond

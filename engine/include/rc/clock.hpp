@@ -81,6 +81,11 @@ class scheduler {
     scheduler& sched;
     timer_wait node;
     bool queue_always = false;  // see wait_queued
+    // A frame destroyed while it waits (a run abandoned by a forced stop) takes its wait out of
+    // the heap and the signals' lists, which would otherwise point into freed memory.
+    ~wait_awaiter() {
+      if (node.heap_index != static_cast<std::size_t>(-1)) sched.forget(node);
+    }
     bool await_ready() noexcept { return sched.try_complete_now(node, queue_always); }
     bool await_suspend(std::coroutine_handle<> h) { return sched.enqueue(node, h); }
     wait_result await_resume() const noexcept { return node.result; }
@@ -165,6 +170,7 @@ class scheduler {
     return a->due != b->due ? a->due < b->due : a->sequence < b->sequence;
   }
   void unlink_signals(timer_wait* w);
+  void forget(timer_wait& node) noexcept;
 
   std::vector<timer_wait*> heap_;
   std::uint64_t sequence_ = 0;

@@ -3,8 +3,8 @@
 // Names are resolved to ids once. Each id has an "anyone listening" flag, so `emit` with no
 // subscriber costs one relaxed load and never builds a payload. Handlers run synchronously on the
 // emitting thread, exact-name handlers first, then catch-all, from a snapshot (subscribing during
-// dispatch affects later emits only). A handler that throws is reported as `context:error` and
-// never reaches the pipeline. Patterns other than "*" are refused (RC2001): identity lives in the
+// dispatch affects later emits only). A handler that throws is reported once as `context:error`
+// (the other handlers still get the event) and never reaches the pipeline. Patterns other than "*" are refused (RC2001): identity lives in the
 // payload; use for_route() to filter by route.
 #pragma once
 

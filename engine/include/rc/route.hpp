@@ -105,6 +105,11 @@ class route_runtime {
 
   std::size_t in_flight() const noexcept { return in_flight_.load(std::memory_order_acquire); }
 
+  /// The route's detached frames (its runs, its source, components' spawns for it): a forced
+  /// stop may abandon some, and the context frees them when it is destroyed. Spawn with
+  /// rc::spawn(rt.frames(), ...).
+  detail::frame_set& frames() noexcept { return frames_; }
+
  private:
   friend class context;
   friend class source_context;
@@ -133,6 +138,7 @@ class route_runtime {
   std::atomic<std::size_t> in_flight_{0};
   std::atomic<bool> source_done_{false};  // the finite source has returned
   std::atomic<bool> stop_announced_{false};
+  detail::frame_set frames_;
 };
 
 /// What source_context::emit returns: `co_await` it for the run's result. A route whose steps

@@ -13,6 +13,7 @@
 #include <coroutine>
 #include <cstddef>
 #include <exception>
+#include <mutex>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -150,6 +151,101 @@ detached run_detached(F body) {
 template <class F>
 void spawn(F make) {
   detail::run_detached(std::move(make));
+}
+
+namespace detail {
+
+/// The detached frames of one owner (a route) that have not finished. A forced stop abandons
+/// runs suspended in a step that never finishes; nothing will resume them, so their owner frees
+/// them with destroy_all() once nothing can run any more (the context's threads are gone).
+/// Destroying a detached frame destroys the tasks it awaits, so the whole chain goes.
+class frame_set {
+ public:
+  /// A local of the tracked coroutine: linked while the frame lives.
+  class member {
+   public:
+    member(frame_set& set, std::coroutine_handle<> frame) : set_(&set), frame_(frame) { set.link(*this); }
+    member(const member&) = delete;
+    member& operator=(const member&) = delete;
+    ~member() {
+      if (set_) set_->unlink(*this);
+    }
+
+   private:
+    friend class frame_set;
+    frame_set* set_;
+    std::coroutine_handle<> frame_;
+    member* prev_ = nullptr;
+    member* next_ = nullptr;
+  };
+
+  frame_set() = default;
+  frame_set(const frame_set&) = delete;
+  frame_set& operator=(const frame_set&) = delete;
+
+  /// Destroys every frame still linked; returns how many. Only when none of them can be resumed.
+  std::size_t destroy_all() noexcept {
+    std::size_t n = 0;
+    for (;;) {
+      std::coroutine_handle<> frame;
+      {
+        std::lock_guard lock(mutex_);
+        if (!head_) return n;
+        member* m = head_;
+        head_ = m->next_;
+        if (head_) head_->prev_ = nullptr;
+        m->set_ = nullptr;  // unlinked here: its destructor must not unlink again
+        frame = m->frame_;
+      }
+      frame.destroy();
+      ++n;
+    }
+  }
+
+ private:
+  void link(member& m) {
+    std::lock_guard lock(mutex_);
+    m.next_ = head_;
+    if (head_) head_->prev_ = &m;
+    head_ = &m;
+  }
+  void unlink(member& m) noexcept {
+    std::lock_guard lock(mutex_);
+    if (m.prev_)
+      m.prev_->next_ = m.next_;
+    else
+      head_ = m.next_;
+    if (m.next_) m.next_->prev_ = m.prev_;
+  }
+
+  std::mutex mutex_;
+  member* head_ = nullptr;
+};
+
+/// `co_await this_frame{}` yields the awaiting coroutine's own handle, without suspending.
+struct this_frame {
+  std::coroutine_handle<> frame;
+  bool await_ready() const noexcept { return false; }
+  bool await_suspend(std::coroutine_handle<> h) noexcept {
+    frame = h;
+    return false;
+  }
+  std::coroutine_handle<> await_resume() const noexcept { return frame; }
+};
+
+template <class F>
+detached run_tracked(frame_set& set, F body) {
+  frame_set::member tracked(set, co_await this_frame{});
+  co_await body();
+}
+
+}  // namespace detail
+
+/// spawn(), with the frame in `set` while it runs, so that its owner can free it if it is
+/// abandoned (see detail::frame_set).
+template <class F>
+void spawn(detail::frame_set& set, F make) {
+  detail::run_tracked(set, std::move(make));
 }
 
 }  // namespace rc
