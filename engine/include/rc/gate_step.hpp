@@ -147,20 +147,25 @@ class gate_step final : public wrapper, public keyed_gate {
       std::terminate();  // never synchronous
     } else {
       arrival a;
-      if (!select_key(ex, a) || !decide_now(ex, rt, a, nullptr)) return outcome::failed(std::move(a.failure));
+      if (std::exception_ptr failure = select_and_decide(ex, rt, a)) return outcome::failed(std::move(failure));
       if (a.decision.refused()) return refuse(ex, rt, a);
       emit_passed(ex, rt, a, false, duration::zero());
-      if (!watches_outcome()) return run_inner_now(ex, rt);
-      if (!inner_) return watch_finish(ex, rt, a);
-      outcome o = run_inner_now(ex, rt);
-      deliver_outcome(a.key, a.overflow, a.t, rt.now(), o.ok());
-      return o;
+      if constexpr (has_outcome) {
+        if (watches_outcome()) {
+          if (!inner_) return watch_finish(ex, rt, a);
+          outcome o = run_inner_now(ex, rt);
+          deliver_outcome(a.key, a.overflow, a.t, rt.now(), o.ok());
+          return o;
+        }
+      }
+      return run_inner_now(ex, rt);
     }
   }
 
   task<outcome> run(exchange& ex, route_runtime& rt) override {
     arrival a;
-    if (!select_key(ex, a) || !decide_now(ex, rt, a, nullptr)) co_return outcome::failed(std::move(a.failure));
+    std::exception_ptr failure = select_and_decide(ex, rt, a);  // one slot in the frame for both decisions
+    if (failure) co_return outcome::failed(std::move(failure));
     if (a.decision.refused()) co_return refuse(ex, rt, a);
     bool waited = false;
     if constexpr (traits.waits) {
@@ -174,7 +179,8 @@ class gate_step final : public wrapper, public keyed_gate {
         } else if constexpr (traits.queues) {
           wait.emplace(rt.clock().wait_queued(&rt.intake(), ex.abort_signal()));
           node.wait = &wait->node;
-          if (!decide_now(ex, rt, a, &node)) co_return outcome::failed(std::move(a.failure));
+          failure = decide_now(ex, rt, a, &node);
+          if (failure) co_return outcome::failed(std::move(failure));
           if (a.decision.refused()) co_return refuse(ex, rt, a);
         }
         if (!a.decision.admitted()) {
@@ -196,11 +202,15 @@ class gate_step final : public wrapper, public keyed_gate {
       }
     }
     emit_passed(ex, rt, a, waited, waited ? rt.now() - a.now : duration::zero());
-    if (!watches_outcome()) co_return co_await run_inner(ex, rt);
-    if (!inner_) co_return watch_finish(ex, rt, a);
-    outcome o = co_await run_inner(ex, rt);
-    deliver_outcome(a.key, a.overflow, a.t, rt.now(), o.ok());
-    co_return o;
+    if constexpr (has_outcome) {
+      if (watches_outcome()) {
+        if (!inner_) co_return watch_finish(ex, rt, a);
+        outcome o = co_await run_inner(ex, rt);
+        deliver_outcome(a.key, a.overflow, a.t, rt.now(), o.ok());
+        co_return o;
+      }
+    }
+    co_return co_await run_inner(ex, rt);
   }
 
  private:
@@ -210,30 +220,31 @@ class gate_step final : public wrapper, public keyed_gate {
   };
 
   // One arrival as the run sees it.
+  // Ordered for a small frame: a parked exchange keeps it (an empty ticket takes no room).
   struct arrival {
     std::string key;
     time_point now{};
-    bool overflow = false;  // counted in the shared state although keyed: the table was full
     gate_decision decision;
-    ticket t{};
-    std::exception_ptr failure;  // when the selector or the limiter threw
+    bool overflow = false;  // counted in the shared state although keyed: the table was full
+    [[no_unique_address]] ticket t{};
   };
 
   bool keyed() const noexcept { return static_cast<bool>(common_.key); }
 
-  bool select_key(const exchange& ex, arrival& a) {
-    if (!keyed()) return true;
-    try {
-      a.key = common_.key(ex);
-      return true;
-    } catch (...) {
-      a.failure = std::make_exception_ptr(
-          error(errc::misconfigured,
-                fmt::format("{}({{ key }}) selector threw; it must return a string for every exchange ({})",
-                            traits.option, message_of(std::current_exception())),
-                false, std::current_exception()));
-      return false;
+  // The key, then the first decision. Null, or what the selector or the limiter threw.
+  std::exception_ptr select_and_decide(exchange& ex, route_runtime& rt, arrival& a) {
+    if (keyed()) {
+      try {
+        a.key = common_.key(ex);
+      } catch (...) {
+        return std::make_exception_ptr(
+            error(errc::misconfigured,
+                  fmt::format("{}({{ key }}) selector threw; it must return a string for every exchange ({})",
+                              traits.option, message_of(std::current_exception())),
+                  false, std::current_exception()));
+      }
     }
+    return decide_now(ex, rt, a, nullptr);
   }
 
   bool idle(const slot& s, time_point now) const {
@@ -244,9 +255,9 @@ class gate_step final : public wrapper, public keyed_gate {
   }
 
   // Finds (or makes) the key's slot and asks the limiter; links a queue place when given one.
-  // False when the limiter threw (a.failure says why). The time is read under the lock, so a
+  // Null, or what the limiter threw. The time is read under the lock, so a
   // state never sees time go backwards.
-  bool decide_now(exchange& ex, route_runtime& rt, arrival& a, node_type* node) {
+  std::exception_ptr decide_now(exchange& ex, route_runtime& rt, arrival& a, node_type* node) {
     try {
       std::lock_guard lock(mutex_);
       a.now = rt.now();
@@ -260,7 +271,7 @@ class gate_step final : public wrapper, public keyed_gate {
             a.overflow = true;
           } else {
             a.decision = limiter_.table_full();
-            return true;
+            return nullptr;
           }
         }
       }
@@ -276,15 +287,14 @@ class gate_step final : public wrapper, public keyed_gate {
           enqueue(*s, *node, a.now + a.decision.wait);
       }
     } catch (...) {
-      a.failure = std::current_exception();
-      return false;
+      return std::current_exception();
     }
     // A queue answer without a place is not final: the step asks again with one.
     if constexpr (has_note) {
       if (node != nullptr || a.decision.what != gate_decision::kind::queue)
         limiter_.note(ex, rt, a.key, a.t, a.decision);
     }
-    return true;
+    return nullptr;
   }
 
   // ---- the FIFO queue (queueing limiters) ----
