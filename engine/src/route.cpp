@@ -1,5 +1,9 @@
 #include "rc/route.hpp"
 
+#include <fmt/format.h>
+
+#include <map>
+
 #include "rc/context.hpp"
 #include "rc/error.hpp"
 
@@ -16,6 +20,32 @@ class segment_step final : public step {
 
  private:
   std::vector<std::unique_ptr<step>>& steps_;
+};
+
+// Names every wrapper of the route "<kind>#<n>", in declaration order: the run list holds the
+// route-scope gates, then the segment wrappers around the user steps (or the steps themselves);
+// a step's wrappers are nested outermost first.
+class gate_namer {
+ public:
+  explicit gate_namer(std::vector<std::unique_ptr<step>>& user_steps) : user_steps_(user_steps) {}
+
+  void name(step* s) {
+    while (s != nullptr) {
+      if (auto* w = dynamic_cast<wrapper*>(s)) {
+        const std::string_view kind = w->wrapper_kind();
+        w->set_gate_id(fmt::format("{}#{}", kind, ++counts_[std::string(kind)]));
+        s = w->inner();
+      } else {
+        if (dynamic_cast<segment_step*>(s) != nullptr)
+          for (auto& u : user_steps_) name(u.get());
+        return;
+      }
+    }
+  }
+
+ private:
+  std::vector<std::unique_ptr<step>>& user_steps_;
+  std::map<std::string, int> counts_;
 };
 
 nlohmann::json error_json(const std::exception_ptr& e) {
@@ -44,10 +74,11 @@ route_runtime::route_runtime(context& ctx, route_definition def)
     run_list_.push_back(std::move(tail));
   }
   for (const auto& s : run_list_) all_sync_ = all_sync_ && s->synchronous();
+  gate_namer namer(def_.steps);
+  for (const auto& s : run_list_) namer.name(s.get());
 }
 
 route_runtime::~route_runtime() = default;
-
 
 bool route_runtime::before_step(step& s, exchange& ex, time_point& started) {
   ex.set_operation(s.label());
@@ -79,8 +110,8 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
     o.error = normalise(o.error);
     o.reported = true;
     bus.emit(event_id::step_error, [&] {
-      return nlohmann::json{{"routeId", id()}, {"error", error_json(o.error)}, {"operation", s.label()},
-                            {"exchange", ex.to_json()}};
+      return nlohmann::json{
+          {"routeId", id()}, {"error", error_json(o.error)}, {"operation", s.label()}, {"exchange", ex.to_json()}};
     });
     return;
   }

@@ -134,6 +134,7 @@ class gate_step final : public wrapper, public keyed_gate {
         table_(common_.max_keys) {}
 
   const L& limiter() const noexcept { return limiter_; }
+  std::string_view wrapper_kind() const noexcept override { return traits.gate; }
 
   keyed_gate_stats stats() const override {
     std::lock_guard lock(mutex_);
