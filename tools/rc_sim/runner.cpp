@@ -8,6 +8,7 @@
 #include <memory>
 #include <queue>
 #include <random>
+#include <rc/http_rate_limit_headers.hpp>
 #include <rc/rc.hpp>
 #include <regex>
 #include <set>
@@ -415,7 +416,7 @@ class recorder {
     for (const auto& [gate, note] : last) {
       const auto* rl = std::get_if<rate_limit_options>(&s_.gates[gate].options);
       const bool appends = rl && includes(rl->headers, rate_limit_headers::draft_8);
-      for (const auto& [name, value] : note->headers) {
+      for (const auto& [name, value] : rate_limit_headers_of(*note)) {
         auto it = std::find_if(r.headers.begin(), r.headers.end(), [&](const auto& h) { return h.first == name; });
         if (it == r.headers.end())
           r.headers.emplace_back(name, value);

@@ -33,7 +33,6 @@ struct refusal_shape {
         limit(limit),
         window(o.window),
         keyed(static_cast<bool>(o.key)),
-        headers(o.headers),
         policy(policy),
         label(o.label),
         reached(fmt::format("rate_limit refused the exchange: limit of {} per {} reached", limit, ms_text(o.window))) {}
@@ -43,26 +42,23 @@ struct refusal_shape {
   std::uint64_t limit;
   duration window;
   bool keyed;
-  rate_limit_headers headers;
   std::string policy;
   std::string label;
   std::string reached;  // the message's fixed start
 };
 
-// One refusal's RC5013 fields, built only when read: the message and the 13-field details with
-// their header list are what an eager error held, byte for byte. A transport reads status,
-// message and retry_after_ms through error::detail() without building the rest (the headers are
-// on the exchange's limit note already).
+// One refusal's RC5013 fields, built only when read: the message and the 12-field details are what
+// an eager error held, byte for byte. A transport reads status, message and retry_after_ms through
+// error::detail() without building the rest; its headers come from the exchange's limit note.
 class refusal_fields final : public error::deferred {
  public:
-  refusal_fields(std::shared_ptr<const refusal_shape> shape, const limit_note& note, std::int64_t wall_ms)
+  refusal_fields(std::shared_ptr<const refusal_shape> shape, const limit_note& note)
       : shape_(std::move(shape)),
         key_(shape_->keyed ? note.key : std::string()),
         used_(note.used),
         remaining_(note.remaining),
         reset_(note.reset),
         retry_after_(note.retry_after),
-        wall_ms_(wall_ms),
         retry_after_ms_(to_ms(note.retry_after)) {}
 
   std::string message() const override {
@@ -73,20 +69,6 @@ class refusal_fields final : public error::deferred {
   }
 
   nlohmann::json details() const override {
-    auto headers = nlohmann::json::array();
-    if (shape_->headers != rate_limit_headers::none) {
-      const rate_limit_info info{.limit = shape_->limit,
-                                 .used = used_,
-                                 .remaining = remaining_,
-                                 .reset_in = reset_,
-                                 .window = shape_->window,
-                                 .key = key_,
-                                 .policy_name = shape_->policy};
-      const std::string retry_after_seconds = std::to_string(rate_limit_reset_seconds(retry_after_));
-      for (auto& [name, value] : rate_limit_header_list(shape_->headers, info, wall_ms_, rate_limit_outcome::rejected,
-                                                        std::string_view(retry_after_seconds)))
-        headers.push_back({std::move(name), std::move(value)});
-    }
     nlohmann::json details = {{"gate", "rateLimit"},
                               {"status", shape_->status},
                               {"message", shape_->message},
@@ -97,8 +79,7 @@ class refusal_fields final : public error::deferred {
                               {"reset_ms", to_ms(reset_)},
                               {"retry_after", rate_limit_reset_seconds(retry_after_)},
                               {"retry_after_ms", retry_after_ms_},
-                              {"policy", shape_->policy},
-                              {"headers", std::move(headers)}};
+                              {"policy", shape_->policy}};
     if (shape_->keyed) details["key"] = key_;
     if (!shape_->label.empty()) details["label"] = shape_->label;
     return details;
@@ -118,7 +99,6 @@ class refusal_fields final : public error::deferred {
   std::uint64_t remaining_;
   duration reset_;
   duration retry_after_;
-  std::int64_t wall_ms_;  // the legacy headers' clock, as the note's were formatted
   nlohmann::json retry_after_ms_;
 };
 
@@ -127,7 +107,6 @@ template <class Counter>
 struct rate_limit_gate : rate_limit_limiter<Counter> {
   struct ticket : rate_limit_limiter<Counter>::ticket {
     const limit_note* note = nullptr;  // the exchange's, valid while its run lasts
-    std::int64_t wall_ms = 0;          // the legacy headers' clock, as the note's were formatted
   };
   static constexpr gate_traits traits{.option = "rate_limit",
                                       .gate = "rateLimit",
@@ -157,21 +136,9 @@ struct rate_limit_gate : rate_limit_limiter<Counter> {
     note.key = key;
     note.rejected = rejected;
     note.retry_after = rejected ? d.wait : duration::zero();
-    if (headers != rate_limit_headers::none) {
-      const rate_limit_info info{.limit = this->limit,
-                                 .used = t.hit.hits,
-                                 .remaining = note.remaining,
-                                 .reset_in = t.reset,
-                                 .window = this->window,
-                                 .key = std::string(key),
-                                 .policy_name = policy};
-      // Legacy headers are absolute: only they need the wall clock.
-      t.wall_ms = includes(headers, rate_limit_headers::legacy) ? rt.ctx().wall_time_ms() : 0;
-      const std::string retry_after_seconds = std::to_string(rate_limit_reset_seconds(note.retry_after));
-      note.headers = rate_limit_header_list(headers, info, t.wall_ms,
-                                            rejected ? rate_limit_outcome::rejected : rate_limit_outcome::passed,
-                                            std::string_view(retry_after_seconds));
-    }
+    note.header_mode = headers;
+    // Legacy headers are absolute: only they need the wall clock.
+    if (includes(headers, rate_limit_headers::legacy)) note.wall_ms = rt.ctx().wall_time_ms();
     t.note = &ex.limit_notes().emplace_back(std::move(note));
   }
 
@@ -184,7 +151,7 @@ struct rate_limit_gate : rate_limit_limiter<Counter> {
 
   // The message and details are built only when read (refusal_fields).
   error refusal(std::string_view, const ticket& t, const gate_decision&) const {
-    return error(errc::rate_limited, std::make_shared<const refusal_fields>(shape, *t.note, t.wall_ms), true);
+    return error(errc::rate_limited, std::make_shared<const refusal_fields>(shape, *t.note), true);
   }
 };
 

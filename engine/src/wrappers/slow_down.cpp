@@ -5,7 +5,7 @@
 
 #include "rc/gate_step.hpp"
 #include "rc/gates/limiters.hpp"
-#include "rc/gates/rate_limit_headers.hpp"
+#include "rc/gates/rate_limit_numbers.hpp"
 
 namespace rc {
 
