@@ -48,6 +48,34 @@ class gate_namer {
   std::map<std::string, int> counts_;
 };
 
+task<outcome> failed_now(std::exception_ptr e) { co_return outcome::failed(std::move(e)); }
+
+// Awaits one asynchronous step of the loop; whatever it throws becomes a failed outcome (not yet
+// normalised: after_step does that). Holds only the step's task, as a plain co_await would.
+class step_awaiter {
+ public:
+  step_awaiter(step& s, exchange& ex, route_runtime& rt) : running_(start(s, ex, rt)) {}
+  bool await_ready() const noexcept { return false; }
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> h) noexcept { return running_.await_suspend(h); }
+  outcome await_resume() noexcept {
+    try {
+      return running_.await_resume();
+    } catch (...) {
+      return outcome::failed(std::current_exception());
+    }
+  }
+
+ private:
+  static task<outcome> start(step& s, exchange& ex, route_runtime& rt) {
+    try {
+      return s.run(ex, rt);
+    } catch (...) {
+      return failed_now(std::current_exception());
+    }
+  }
+  task<outcome> running_;
+};
+
 nlohmann::json error_json(const std::exception_ptr& e) {
   const error err = to_error(e);
   nlohmann::json j = {{"code", err.code_string()}, {"message", err.message()}, {"retryable", err.retryable()}};
@@ -125,38 +153,44 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
     });
 }
 
-// spawn_run() repeats this loop in its own frame: keep the two in step.
-task<outcome> route_runtime::run_steps(std::span<const std::unique_ptr<step>> steps, exchange& ex) {
-  for (const auto& s : steps) {
-    time_point started{};
-    const bool events_on = before_step(*s, ex, started);
-    // (no co_await inside ?: — GCC 12 miscompiles temporaries there)
-    outcome o;
-    if (s->synchronous()) {
-      o = run_now_guarded(*s, ex, *this);
-    } else {
-      // run_guarded inlined: one coroutine frame less per waiting exchange.
-      try {
-        o = co_await s->run(ex, *this);
-      } catch (...) {
-        o = outcome::failed(std::current_exception());
-      }
-    }
-    after_step(*s, ex, o, events_on, started);
-    if (!o.ok()) co_return o;
+// The executor's one step loop. Runs steps from the cursor while they complete synchronously;
+// returns true when the list is done (c.result says how: the first failure or drop ends it), or
+// false at an asynchronous step, which the caller awaits (step_awaiter) into c.result and hands
+// back by calling advance again. run_steps, run_steps_now and spawn_run all drive this one loop,
+// so a parked exchange costs its caller's frame only (no frame for the loop itself).
+bool route_runtime::advance(std::span<const std::unique_ptr<step>> steps, step_cursor& c, exchange& ex) {
+  if (c.pending) {
+    c.pending = false;
+    after_step(*steps[c.next], ex, c.result, c.events_on, c.started);
+    if (!c.result.ok()) return true;
+    ++c.next;
   }
-  co_return outcome::proceed();
+  for (; c.next < steps.size(); ++c.next) {
+    step& s = *steps[c.next];
+    c.started = {};
+    c.events_on = before_step(s, ex, c.started);
+    if (!s.synchronous()) {
+      c.pending = true;
+      return false;
+    }
+    c.result = run_now_guarded(s, ex, *this);
+    after_step(s, ex, c.result, c.events_on, c.started);
+    if (!c.result.ok()) return true;
+  }
+  c.result = outcome::proceed();
+  return true;
+}
+
+task<outcome> route_runtime::run_steps(std::span<const std::unique_ptr<step>> steps, exchange& ex) {
+  step_cursor c;
+  while (!advance(steps, c, ex)) c.result = co_await step_awaiter(*steps[c.next], ex, *this);
+  co_return std::move(c.result);
 }
 
 outcome route_runtime::run_steps_now(std::span<const std::unique_ptr<step>> steps, exchange& ex) {
-  for (const auto& s : steps) {
-    time_point started{};
-    const bool events_on = before_step(*s, ex, started);
-    outcome o = run_now_guarded(*s, ex, *this);
-    after_step(*s, ex, o, events_on, started);
-    if (!o.ok()) return o;
-  }
-  return outcome::proceed();
+  step_cursor c;
+  advance(steps, c, ex);  // every step is synchronous: never stops at an await
+  return std::move(c.result);
 }
 
 void route_runtime::begin_run(exchange& ex, time_point& started) {
@@ -237,24 +271,11 @@ run_result route_runtime::process_now(exchange ex) {
 detail::detached route_runtime::spawn_run(exchange ex) {
   time_point started{};
   begin_run(ex, started);
-  // run_steps' loop, inlined: awaiting run_steps would add a frame to every parked exchange.
-  outcome o;
-  for (const auto& s : run_list_) {
-    time_point step_started{};
-    const bool events_on = before_step(*s, ex, step_started);
-    if (s->synchronous()) {
-      o = run_now_guarded(*s, ex, *this);
-    } else {
-      try {
-        o = co_await s->run(ex, *this);
-      } catch (...) {
-        o = outcome::failed(std::current_exception());
-      }
-    }
-    after_step(*s, ex, o, events_on, step_started);
-    if (!o.ok()) break;
-  }
-  end_run(ex, o, started);
+  // The loop driven here, not through run_steps: awaiting run_steps would add a frame to every
+  // parked exchange.
+  step_cursor c;
+  while (!advance(run_list_, c, ex)) c.result = co_await step_awaiter(*run_list_[c.next], ex, *this);
+  end_run(ex, c.result, started);
 }
 
 emit_awaiter source_context::emit(exchange ex) {
