@@ -597,12 +597,24 @@ TEST_CASE("limit 0 refuses everything and says when the window resets") {
   CHECK(r.log[1].failure->details()["retry_after"] == 30);
 }
 
-TEST_CASE("a rate_limit key selector that throws fails that exchange with RC5003") {
+TEST_CASE(
+    "a rate_limit key selector that throws fails that exchange with RC5001 (retryable), and an rc::error it throws "
+    "passes unchanged") {
   limit_run r;
   r.run(burst(1), {.key = [](const rc::exchange&) -> std::string { throw std::runtime_error("no client"); }});
   REQUIRE(r.log[1].failure);
-  CHECK(r.log[1].failure->code() == rc::errc::misconfigured);
+  CHECK(r.log[1].failure->code() == rc::errc::step_failed);
+  CHECK(r.log[1].failure->retryable());
   CHECK_THAT(r.log[1].failure->message(), Catch::Contains("rate_limit({ key })"));
+
+  limit_run own;
+  own.run(burst(1), {.key = [](const rc::exchange&) -> std::string {
+            throw rc::error(rc::errc::validation, "tenant header malformed", false);
+          }});
+  REQUIRE(own.log[1].failure);
+  CHECK(own.log[1].failure->code() == rc::errc::validation);
+  CHECK(own.log[1].failure->message() == "tenant header malformed");
+  CHECK(own.out.count() == 0);
 }
 
 // ---- validation -------------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 // nothing of exchanges, so it is tested with plain numbers (tests/engine/limiters_test.cpp).
 //
 // The step owns everything around it, once for every gate:
-// - key selection: a selector that throws fails the exchange;
+// - key selection: a selector that throws fails the exchange (RC5001, retryable, as any throwing
+//   user callback; an rc::error it throws passes unchanged);
 // - the per-key table (keyed_lru, max_keys entries): an entry is forgotten only when it is idle
 //   (the limiter says so and nobody waits on it). When every candidate is busy, a gate either
 //   counts the new key in the one shared state (`overflow`, events say so) or refuses it;
@@ -232,17 +233,20 @@ class gate_step final : public wrapper, public keyed_gate {
 
   bool keyed() const noexcept { return static_cast<bool>(common_.key); }
 
-  // The key, then the first decision. Null, or what the selector or the limiter threw.
+  // The key, then the first decision. Null, or what the selector or the limiter threw. A
+  // selector that throws fails the exchange like any user callback: an rc::error as it is, any
+  // other exception as RC5001 (retryable) naming the gate's key option, with the original as cause.
   std::exception_ptr select_and_decide(exchange& ex, route_runtime& rt, arrival& a) {
     if (keyed()) {
       try {
         a.key = common_.key(ex);
+      } catch (const error&) {
+        return std::current_exception();
       } catch (...) {
         return std::make_exception_ptr(
-            error(errc::misconfigured,
-                  fmt::format("{}({{ key }}) selector threw; it must return a string for every exchange ({})",
-                              traits.option, message_of(std::current_exception())),
-                  false, std::current_exception()));
+            error(errc::step_failed,
+                  fmt::format("{}({{ key }}) selector threw: {}", traits.option, message_of(std::current_exception())),
+                  true, std::current_exception()));
       }
     }
     return decide_now(ex, rt, a, nullptr);
