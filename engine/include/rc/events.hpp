@@ -1,11 +1,16 @@
 // The event bus: a fixed table of event names, exact-name subscriptions plus the catch-all "*".
 //
+// The table holds the engine's events. A component registers its own (register_event: the HTTP
+// source's "plugin:http:request:completed") and gets an id in a small extension range; from then
+// on the name is addressable like any other (on(name), find_event, event_name). The engine thus
+// knows no component's events.
+//
 // Names are resolved to ids once. Each id has an "anyone listening" flag, so `emit` with no
 // subscriber costs one relaxed load and never builds a payload. Handlers run synchronously on the
 // emitting thread, exact-name handlers first, then catch-all, from a snapshot (subscribing during
 // dispatch affects later emits only). A handler that throws is reported once as `context:error`
-// (the other handlers still get the event) and never reaches the pipeline. Patterns other than "*" are refused (RC2001): identity lives in the
-// payload; use for_route() to filter by route.
+// (the other handlers still get the event) and never reaches the pipeline. Patterns other than "*" are refused
+// (RC2001): identity lives in the payload; use for_route() to filter by route.
 #pragma once
 
 #include <array>
@@ -77,8 +82,7 @@ namespace rc {
   X(slow_down_delayed, "route:slowDown:delayed")              \
   X(slow_down_rejected, "route:slowDown:rejected")            \
   X(rate_limit_passed, "route:rateLimit:passed")              \
-  X(rate_limit_rejected, "route:rateLimit:rejected")          \
-  X(http_request_completed, "plugin:http:request:completed")
+  X(rate_limit_rejected, "route:rateLimit:rejected")
 
 enum class event_id : std::uint16_t {
 #define RC_EVENT_ENUM(id, name) id,
@@ -87,12 +91,22 @@ enum class event_id : std::uint16_t {
       count_
 };
 
-inline constexpr std::size_t event_count = static_cast<std::size_t>(event_id::count_);
+/// Events in the engine's table.
+inline constexpr std::size_t builtin_event_count = static_cast<std::size_t>(event_id::count_);
+/// Room for events components register (register_event).
+inline constexpr std::size_t max_component_events = 16;
+/// Ids a bus knows: the table, then the registered ones.
+inline constexpr std::size_t event_count = builtin_event_count + max_component_events;
 
-/// "route:throttle:passed" for event_id::throttle_passed.
+/// "route:throttle:passed" for event_id::throttle_passed; a registered event's name.
 std::string_view event_name(event_id id) noexcept;
-/// The id of a name in the table, or nothing.
+/// The id of a name in the table or registered, or nothing.
 std::optional<event_id> find_event(std::string_view name) noexcept;
+/// Registers an event a component emits and returns its id; the same id for the same name, from
+/// any thread. A name of the table returns the table's id. RC2001 past max_component_events, or
+/// for "*" or an empty name. A component registers its events at static initialisation (an
+/// inline variable of its header), so users can subscribe by name before it emits.
+event_id register_event(std::string_view name);
 
 struct event {
   std::string_view name;

@@ -118,6 +118,14 @@ class route_runtime {
   void begin_run(exchange& ex, time_point& started);
   void end_run(exchange& ex, outcome& o, time_point started);
   outcome run_steps_now(std::span<const std::unique_ptr<step>> steps, exchange& ex);
+  // Where a run is in its step list (route.cpp: advance, the one step loop).
+  struct step_cursor {
+    time_point started{};    // the current step's start, for its events
+    std::uint32_t next = 0;  // the current step
+    bool pending = false;    // awaiting the current step: the caller's outcome is its result
+    bool events_on = false;  // the current step gets generic step events
+  };
+  bool advance(std::span<const std::unique_ptr<step>> steps, step_cursor& c, exchange& ex, outcome& o);
   bool before_step(step& s, exchange& ex, time_point& started);
   void after_step(step& s, exchange& ex, outcome& o, bool events, time_point started);
   // route:stopping / route:stopped fire once per route: when its finite source has finished and
