@@ -91,6 +91,11 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
   auto& bus = events();
   if (o.is_fail()) {
     if (o.reported) return;  // a nested run already reported it
+    // A step failing because a timeout's deadline passed: the timeout wrapper reports it.
+    if (const cancel_signal* a = ex.abort_signal(); a != nullptr && a->deadline_passed()) {
+      o.reported = true;
+      return;
+    }
     if (events_on && s.reports_failure())
       bus.emit(event_id::step_failed, [&] {
         auto j = x_fields(*this, ex);
@@ -137,6 +142,12 @@ task<outcome> route_runtime::run_steps(std::span<const std::unique_ptr<step>> st
     }
     after_step(*s, ex, o, events_on, started);
     if (!o.ok()) co_return o;
+    // A timeout's deadline passed (only a timeout wrapper installs one): schedule nothing more.
+    if (const cancel_signal* a = ex.abort_signal(); a != nullptr && a->deadline_passed()) {
+      o = outcome::failed(std::make_exception_ptr(error(errc::timed_out, "deadline passed", true)));
+      o.reported = true;
+      co_return o;
+    }
   }
   co_return outcome::proceed();
 }

@@ -34,6 +34,7 @@
 #include "rc/wrappers/retry.hpp"
 #include "rc/wrappers/slow_down.hpp"
 #include "rc/wrappers/throttle.hpp"
+#include "rc/wrappers/timeout.hpp"
 
 namespace rc {
 
@@ -108,6 +109,16 @@ class route_builder {
     o.validate();
     return std::move(*this).wrapper_call("retry", route_layer::retry, [o = std::move(o)](auto inner, scope s) {
       return make_retry(o, std::move(inner), s);
+    });
+  }
+
+  /// Fails the next step (after from()) or each run of the pipeline (before from(), one deadline
+  /// per retry attempt) with RC5011 once `d` has passed, cancelling the work inside.
+  route_builder&& timeout(duration d) && { return std::move(*this).timeout(timeout_options{.after = d}); }
+  route_builder&& timeout(timeout_options o) && {
+    o.validate();
+    return std::move(*this).wrapper_call("timeout", route_layer::timeout, [o = std::move(o)](auto inner, scope s) {
+      return make_timeout(o, std::move(inner), s);
     });
   }
 

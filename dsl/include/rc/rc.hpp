@@ -25,3 +25,4 @@
 #include "rc/wrappers/retry.hpp"
 #include "rc/wrappers/slow_down.hpp"
 #include "rc/wrappers/throttle.hpp"
+#include "rc/wrappers/timeout.hpp"
