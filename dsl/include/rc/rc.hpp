@@ -20,6 +20,7 @@
 #include "rc/steps.hpp"
 #include "rc/time.hpp"
 #include "rc/timer.hpp"
+#include "rc/wrappers/concurrency.hpp"
 #include "rc/wrappers/delay.hpp"
 #include "rc/wrappers/rate_limit.hpp"
 #include "rc/wrappers/retry.hpp"
