@@ -449,3 +449,22 @@ TEST_CASE("concurrency rejects bad options with RC5003 naming the option and the
   CHECK_NOTHROW(rc::craft().concurrency({.max = 1, .max_queue = 1, .max_keys = 1}));
   CHECK_NOTHROW(rc::craft().concurrency({.max = 1, .max_keys = 1'000'000}));
 }
+
+TEST_CASE("reject mode around a synchronous step takes and releases a slot for each exchange") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  event_recorder events(ctx);
+  ctx.add(rc::craft()
+              .id("c")
+              .from(rc::simple(std::vector<int>{1, 2, 3}))
+              .concurrency({.max = 1, .mode = rc::concurrency_mode::reject})
+              .transform([](int v) { return v * 2; })
+              .to(out));
+  ctx.start();
+  ctx.drain();
+  CHECK(out.count() == 3);
+  CHECK(events.count("route:concurrency:acquired") == 3);
+  CHECK(events.count("route:concurrency:released") == 3);
+  CHECK(events.count("route:concurrency:rejected") == 0);
+  CHECK(events.named("route:concurrency:acquired").at(0).details["stepLabel"] == "transform");
+}

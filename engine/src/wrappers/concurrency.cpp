@@ -61,6 +61,34 @@ class concurrency_step final : public wrapper, public concurrency_gate {
     return {u.keys, u.memory_bytes};
   }
 
+  // Reject mode never waits: around a synchronous step it needs no frame. Queue mode may wait.
+  bool synchronous() const noexcept override {
+    return options_.mode == concurrency_mode::reject && inner_ && inner_->synchronous();
+  }
+
+  outcome run_now(exchange& ex, route_runtime& rt) override {
+    std::string key;
+    if (options_.key) {
+      try {
+        key = options_.key(ex);
+      } catch (...) {
+        return outcome::failed(std::make_exception_ptr(selector_threw()));
+      }
+    }
+    auto& bus = rt.events();
+    std::size_t in_use = 0;
+    const verdict v = try_acquire(key, nullptr, in_use);
+    if (v != verdict::acquired) return refuse(ex, rt, key, v);
+    slot_guard guard(this, &key, &rt.clock());
+    const bool timed = bus.listening(event_id::concurrency_released);
+    const time_point acquired_at = timed ? rt.now() : time_point{};
+    emit_acquired(ex, rt, key, duration::zero(), in_use);
+    outcome o = run_inner_now(ex, rt);
+    guard.release();
+    emit_released(ex, rt, key, acquired_at);
+    return o;
+  }
+
   task<outcome> run(exchange& ex, route_runtime& rt) override {
     std::string key;
     if (options_.key) {
@@ -89,15 +117,7 @@ class concurrency_step final : public wrapper, public concurrency_gate {
       node.wait = &wait->node;
       v = try_acquire(key, &node, in_use);
     }
-    if (v == verdict::busy || v == verdict::queue_full || v == verdict::keys_full) {
-      const char* reason = v == verdict::queue_full ? "queue-full" : "busy";
-      bus.emit(event_id::concurrency_rejected, [&] {
-        auto j = with_key(identity(ex, rt, options_.label), key);
-        j["reason"] = reason;
-        return j;
-      });
-      co_return outcome::failed(std::make_exception_ptr(rejection(key, v, reason)));
-    }
+    if (v == verdict::busy || v == verdict::queue_full || v == verdict::keys_full) co_return refuse(ex, rt, key, v);
     if (v == verdict::queued) {
       bus.emit(event_id::concurrency_queued, [&] {
         auto j = with_key(identity(ex, rt, options_.label), key);
@@ -118,27 +138,53 @@ class concurrency_step final : public wrapper, public concurrency_gate {
     // The slot is held from here: the guard gives it back however this frame ends.
     slot_guard guard(this, &key, &rt.clock());
     const time_point acquired_at = timed ? rt.now() : time_point{};
-    bus.emit(event_id::concurrency_acquired, [&] {
-      auto j = with_key(identity(ex, rt, options_.label), key);
-      j["waited"] = to_ms(acquired_at - arrived);
-      j["inUse"] = in_use;
-      return j;
-    });
+    emit_acquired(ex, rt, key, acquired_at - arrived, in_use);
     outcome o;
     if (inner_is_sync())
       o = run_inner_now(ex, rt);
     else
       o = co_await run_inner(ex, rt);
     guard.release();
-    bus.emit(event_id::concurrency_released, [&] {
-      auto j = with_key(identity(ex, rt, options_.label), key);
-      j["heldMs"] = to_ms(rt.now() - acquired_at);
-      return j;
-    });
+    emit_released(ex, rt, key, acquired_at);
     co_return o;
   }
 
  private:
+  error selector_threw() const {
+    return error(errc::misconfigured,
+                 "concurrency({ key }) selector threw; it must return a string for every exchange (" +
+                     message_of(std::current_exception()) + ")",
+                 false, std::current_exception());
+  }
+
+  outcome refuse(const exchange& ex, route_runtime& rt, const std::string& key, verdict v) const {
+    const char* reason = v == verdict::queue_full ? "queue-full" : "busy";
+    rt.events().emit(event_id::concurrency_rejected, [&] {
+      auto j = with_key(identity(ex, rt, options_.label), key);
+      j["reason"] = reason;
+      return j;
+    });
+    return outcome::failed(std::make_exception_ptr(rejection(key, v, reason)));
+  }
+
+  void emit_acquired(const exchange& ex, route_runtime& rt, const std::string& key, duration waited,
+                     std::size_t in_use) const {
+    rt.events().emit(event_id::concurrency_acquired, [&] {
+      auto j = with_key(identity(ex, rt, options_.label), key);
+      j["waited"] = to_ms(waited);
+      j["inUse"] = in_use;
+      return j;
+    });
+  }
+
+  void emit_released(const exchange& ex, route_runtime& rt, const std::string& key, time_point acquired_at) const {
+    rt.events().emit(event_id::concurrency_released, [&] {
+      auto j = with_key(identity(ex, rt, options_.label), key);
+      j["heldMs"] = to_ms(rt.now() - acquired_at);
+      return j;
+    });
+  }
+
   struct slot_guard {
     concurrency_step* self;
     const std::string* key;
