@@ -5,6 +5,7 @@
 #include <rc/rc.hpp>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/dsl_support.hpp"
@@ -443,4 +444,32 @@ TEST_CASE("a route-scope timeout called twice keeps the last") {
   ctx.drain();
   REQUIRE(log[1].failure);
   CHECK(log[1].answered == 30ms);
+}
+
+// ---- real time --------------------------------------------------------------------------------
+
+TEST_CASE("on the real clock a deadline cuts a delay short and a slow synchronous step fails late") {
+  rc::context ctx;
+  rc::spy<int> out;
+  event_recorder failed(ctx, "route:exchange:failed");  // timeout events unheard: coarse timing
+  ctx.add(rc::craft().id("wait").from(rc::simple(1)).timeout(20ms).delay(10s).to(out));
+  ctx.add(rc::craft()
+              .id("busy")
+              .from(rc::simple(std::vector<int>{1, 2}))
+              .timeout(5ms)
+              .transform([](int v) {
+                if (v == 2) std::this_thread::sleep_for(40ms);
+                return v;
+              })
+              .to(out));
+  const auto t0 = std::chrono::steady_clock::now();
+  ctx.start();
+  ctx.drain();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ctx.stop();
+  CHECK(took < 5s);  // the 10 s delay did not run out
+  CHECK(out.count() == 1);
+  const auto failures = failed.all();
+  REQUIRE(failures.size() == 2);
+  for (const auto& f : failures) CHECK(f.details["error"]["code"] == "RC5011");
 }

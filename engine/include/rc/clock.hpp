@@ -86,6 +86,11 @@ class scheduler {
 
   virtual ~scheduler() = default;
   virtual time_point now() const = 0;
+  /// now() at clock-tick resolution (coarse_resolution(), a few ms at most), for measuring work
+  /// that cannot be interrupted where reading the precise clock per exchange costs too much.
+  /// Exact (resolution zero) on the manual clock.
+  virtual time_point coarse_now() const { return now(); }
+  virtual duration coarse_resolution() const noexcept { return duration::zero(); }
 
   /// Where woken coroutines are resumed. Until set, they are resumed inline (pure engine tests).
   void set_executor(executor_fn fn) { executor_ = std::move(fn); }
