@@ -16,6 +16,9 @@
 //   plain_burst    the same from simple(): all N started at once
 //   throttle_open  plain_seq with a step throttle that never paces
 //   retry_open     plain_seq with a step retry that never fails
+//   timeout_open   plain_seq with a step timeout (1 h) that is never hit
+//   timeout_route_open  plain_seq under a route-scope timeout (1 h): a deadline armed per run
+//   concurrency_open    plain_seq with a step bulkhead whose max is never reached
 //   delay0         N (200,000) in flight through delay(0ms); bytes per waiting exchange
 //   pacing         N (3,000) at once through rate 1000/s burst 1, real time: window and lateness
 //                  against each admission's slot (see pacing())
@@ -102,7 +105,7 @@ double run_to_idle(rc::context& ctx) {
 
 // ---- throughput: one route, synchronous steps or wrappers that never wait -----------------------
 
-enum class wrap { none, throttle, retry };
+enum class wrap { none, throttle, retry, timeout, timeout_route, concurrency };
 
 /// sequence (or simple) -> [wrapper] transform -> noop. The transform counts, so a run that lost
 /// exchanges shows in `completed`.
@@ -125,6 +128,20 @@ result throughput(std::size_t n, Source make_source, wrap w, bool subscriber = f
       break;
     case wrap::retry:
       ctx.add(std::move(route).retry({.max_attempts = 3}).transform(count).to(rc::noop()));
+      break;
+    case wrap::timeout:
+      ctx.add(std::move(route).timeout(std::chrono::hours(1)).transform(count).to(rc::noop()));
+      break;
+    case wrap::timeout_route:
+      ctx.add(rc::craft()
+                  .id("bench")
+                  .timeout(std::chrono::hours(1))
+                  .from(make_source(iota_values(n)))
+                  .transform(count)
+                  .to(rc::noop()));
+      break;
+    case wrap::concurrency:
+      ctx.add(std::move(route).concurrency({.max = 1'000'000}).transform(count).to(rc::noop()));
       break;
   }
   std::size_t seen = 0;
@@ -152,6 +169,9 @@ result plain_seq(const run_config& c) { return throughput(c.n, seq_source<int>, 
 result plain_burst(const run_config& c) { return throughput(c.n, burst_source<int>, wrap::none); }
 result throttle_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::throttle); }
 result retry_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::retry); }
+result timeout_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::timeout); }
+result timeout_route_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::timeout_route); }
+result concurrency_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::concurrency); }
 result events(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::none, true); }
 
 // ---- delay0: every exchange parked at once in delay(0ms) ----------------------------------------
@@ -396,6 +416,9 @@ constexpr scenario scenarios[] = {
     {"plain_burst", 5'000'000, plain_burst},
     {"throttle_open", 2'000'000, throttle_open},
     {"retry_open", 2'000'000, retry_open},
+    {"timeout_open", 2'000'000, timeout_open},
+    {"timeout_route_open", 2'000'000, timeout_route_open},
+    {"concurrency_open", 2'000'000, concurrency_open},
     {"delay0", 200'000, delay0},
     {"pacing", 3'000, pacing},
     {"inflight", 100'000, inflight},

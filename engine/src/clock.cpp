@@ -2,12 +2,22 @@
 
 #include <cassert>
 #include <thread>
+#include <utility>
 
 namespace rc {
 
 cancel_signal::~cancel_signal() {
-  // A signal must outlive its waits; firing detaches them all, so fire on the way out.
+  // A signal must outlive its waits; firing detaches them all, so fire on the way out. A retired
+  // one (deadline_scope::disarm) has nothing left to detach and nobody left to race with.
+  if (retired_) return;
   fire();
+  // Deadlines still linked below (their scopes outlive this signal) forget it.
+  std::lock_guard lock(owner_->mutex_);
+  for (cancel_signal* c = std::exchange(first_child_, nullptr); c != nullptr;) {
+    cancel_signal* next = c->next_sibling_;
+    c->parent_ = c->prev_sibling_ = c->next_sibling_ = nullptr;
+    c = next;
+  }
 }
 
 void cancel_signal::on_fire(std::function<void()> f) {
@@ -47,7 +57,12 @@ void cancel_signal::fire() {
     fired_.store(true, std::memory_order_release);
     detaching_ = true;
     callbacks.swap(callbacks_);
+    // Linked signals (deadlines below this one) fire with it, in one go: they hold the waits of
+    // a single exchange, not a route's backlog.
+    for (cancel_signal* c = first_child_; c != nullptr; c = c->next_sibling_)
+      owner->fire_locked(*c, by_deadline_, woken, callbacks);
   }
+  for (auto h : woken) owner->resume(h);
   woken.reserve(chunk);
   for (bool more = true; more;) {
     woken.clear();
@@ -67,6 +82,81 @@ void cancel_signal::fire() {
   }
   for (auto& f : callbacks) f();
 }
+
+void scheduler::fire_locked(cancel_signal& s, bool by_deadline, std::vector<std::coroutine_handle<>>& woken,
+                            std::vector<std::function<void()>>& callbacks) {
+  if (s.fired_.load(std::memory_order_relaxed)) return;
+  s.by_deadline_ = by_deadline;
+  s.fired_.store(true, std::memory_order_release);
+  while (timer_wait* w = s.head_) {
+    heap_remove(w);
+    unlink_signals(w);
+    w->result = wait_result::cancelled;
+    woken.push_back(w->waiter);
+  }
+  for (auto& f : s.callbacks_) callbacks.push_back(std::move(f));
+  s.callbacks_.clear();
+  for (cancel_signal* c = s.first_child_; c != nullptr; c = c->next_sibling_)
+    fire_locked(*c, by_deadline, woken, callbacks);
+}
+
+deadline_scope::deadline_scope(scheduler& s, cancel_signal* parent, time_point due) : sched_(s), signal_(s) {
+  timer_.due = due;
+  timer_.fires = &signal_;
+  timer_.result = wait_result::cancelled;  // fire_due sets elapsed
+  std::lock_guard lock(s.mutex_);
+  if (parent) {
+    assert(parent->owner_ == &s);
+    if (parent->fired_.load(std::memory_order_relaxed)) {
+      // Nothing waits on or listens to the new signal yet: firing it is just the flags.
+      signal_.by_deadline_ = parent->by_deadline_;
+      signal_.fired_.store(true, std::memory_order_release);
+    } else {
+      signal_.parent_ = parent;
+      signal_.next_sibling_ = parent->first_child_;
+      if (parent->first_child_) parent->first_child_->prev_sibling_ = &signal_;
+      parent->first_child_ = &signal_;
+    }
+  }
+  if (signal_.fired_.load(std::memory_order_relaxed)) return;
+  timer_.sequence = s.sequence_++;
+  s.heap_push(&timer_);
+  if (s.heap_.front() == &timer_) s.earliest_changed(due);
+}
+
+bool deadline_scope::disarm() {
+  if (!armed_) return expired_;
+  armed_ = false;
+  std::vector<std::coroutine_handle<>> woken;
+  std::vector<std::function<void()>> dropped;
+  {
+    std::lock_guard lock(sched_.mutex_);
+    if (timer_.heap_index != static_cast<std::size_t>(-1)) sched_.heap_remove(&timer_);
+    expired_ = timer_.result == wait_result::elapsed;
+    if (cancel_signal* p = signal_.parent_) {
+      (signal_.prev_sibling_ ? signal_.prev_sibling_->next_sibling_ : p->first_child_) = signal_.next_sibling_;
+      if (signal_.next_sibling_) signal_.next_sibling_->prev_sibling_ = signal_.prev_sibling_;
+      signal_.parent_ = signal_.prev_sibling_ = signal_.next_sibling_ = nullptr;
+    }
+    // Whatever still waits on the signal (the work normally ends first) is woken as cancelled;
+    // callbacks are let go without being called: nothing was aborted.
+    while (timer_wait* w = signal_.head_) {
+      sched_.heap_remove(w);
+      sched_.unlink_signals(w);
+      w->result = wait_result::cancelled;
+      woken.push_back(w->waiter);
+    }
+    dropped.swap(signal_.callbacks_);
+    // Signals linked below this one are disarmed by their own scopes first (they are nested).
+    assert(signal_.first_child_ == nullptr);
+    if (!signal_.fired_.load(std::memory_order_relaxed)) signal_.fired_.store(true, std::memory_order_release);
+    signal_.retired_ = true;
+  }
+  for (auto h : woken) sched_.resume(h);
+  return expired_;
+}
+
+deadline_scope::~deadline_scope() { disarm(); }
 
 bool scheduler::try_complete_now(timer_wait& node, bool signals_only) {
   for (auto* s : node.signals)
@@ -151,6 +241,8 @@ void scheduler::forget(timer_wait& node) noexcept {
 
 std::size_t scheduler::fire_due(time_point limit, bool one) {
   std::vector<std::coroutine_handle<>> woken;
+  std::vector<std::function<void()>> callbacks;
+  std::size_t fired = 0;
   {
     std::lock_guard lock(mutex_);
     while (!heap_.empty() && heap_.front()->due <= limit) {
@@ -158,13 +250,20 @@ std::size_t scheduler::fire_due(time_point limit, bool one) {
       heap_remove(w);
       unlink_signals(w);
       w->result = wait_result::elapsed;
-      woken.push_back(w->waiter);
+      ++fired;
+      // A deadline fires its signal here, under the lock, so that its scope, which disarms
+      // under the same lock, never sees a half-fired signal (and may free it right after).
+      if (w->fires)
+        fire_locked(*w->fires, true, woken, callbacks);
+      else
+        woken.push_back(w->waiter);
       if (one) break;
     }
     if (!heap_.empty()) earliest_changed(heap_.front()->due);
   }
   for (auto h : woken) resume(h);
-  return woken.size();
+  for (auto& f : callbacks) f();
+  return fired;
 }
 
 std::size_t scheduler::pending() const {

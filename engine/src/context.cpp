@@ -1,15 +1,16 @@
 #include "rc/context.hpp"
 
-#include <condition_variable>
-#include <random>
-#include <thread>
+#include <fmt/chrono.h>
+#include <fmt/format.h>
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <fmt/chrono.h>
-#include <fmt/format.h>
+#include <condition_variable>
+#include <ctime>
+#include <random>
+#include <thread>
 
 #include "rc/error.hpp"
 
@@ -22,11 +23,27 @@ namespace {
 // One asio timer is armed for the earliest pending wait; the heap does the rest.
 class steady_scheduler final : public scheduler {
  public:
-  explicit steady_scheduler(asio::io_context& io)
-      : epoch_(std::chrono::steady_clock::now()), timer_(io) {}
+  explicit steady_scheduler(asio::io_context& io) : epoch_(std::chrono::steady_clock::now()), timer_(io) {
+    timespec res{};
+    if (::clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0)
+      coarse_resolution_ = std::chrono::seconds(res.tv_sec) + std::chrono::nanoseconds(res.tv_nsec);
+  }
 
   time_point now() const override {
     return time_point(std::chrono::duration_cast<duration>(std::chrono::steady_clock::now() - epoch_));
+  }
+
+  // steady_clock is CLOCK_MONOTONIC on Linux; its coarse variant reads the last tick without
+  // touching the hardware counter (a few ns instead of tens on a busy VM).
+  time_point coarse_now() const override {
+    if (coarse_resolution_ == duration::max()) return now();
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    const auto t = std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
+    return time_point(std::chrono::duration_cast<duration>(t - epoch_.time_since_epoch()));
+  }
+  duration coarse_resolution() const noexcept override {
+    return coarse_resolution_ == duration::max() ? duration::zero() : coarse_resolution_;
   }
 
   ~steady_scheduler() override {
@@ -51,6 +68,7 @@ class steady_scheduler final : public scheduler {
 
  private:
   std::chrono::steady_clock::time_point epoch_;
+  duration coarse_resolution_ = duration::max();  // max: no coarse clock, coarse_now() is now()
   asio::steady_timer timer_;
   time_point armed_ = time_point::max();
 };
@@ -90,7 +108,7 @@ struct context::impl {
 
   std::mutex mutex;  // guards the condition below
   std::condition_variable idle_cv;
-  std::atomic<std::size_t> work{0};           // runs in flight + other tracked work
+  std::atomic<std::size_t> work{0};            // runs in flight + other tracked work
   std::atomic<std::size_t> finite_sources{0};  // finite sources still producing
   // Every source coroutine still running, endless ones included. stop() waits for them after
   // closing intake, so no source frame is left suspended when the executor stops.
@@ -102,8 +120,7 @@ struct context::impl {
     if (options.shutdown_timeout <= duration::zero())
       throw error(errc::bad_shutdown_timeout,
                   fmt::format("context shutdown_timeout must be > 0, got {}ms", to_ms(options.shutdown_timeout)));
-    if (options.threads == 0)
-      throw error(errc::misconfigured, "context threads must be >= 1, got 0");
+    if (options.threads == 0) throw error(errc::misconfigured, "context threads must be >= 1, got 0");
     if (options.id.empty()) options.id = random_context_id();
     if (is_virtual) {
       auto m = std::make_unique<manual_clock>();
@@ -117,10 +134,10 @@ struct context::impl {
       return iso_timestamp(std::chrono::system_clock::time_point(
           std::chrono::duration_cast<std::chrono::system_clock::duration>(t.time_since_epoch())));
     })
-                             : std::function<std::string(time_point)>([](time_point) {
-                                 return iso_timestamp(std::chrono::system_clock::now());
-                               });
-    bus = std::make_unique<event_bus>(options.id, [this] { return clock->now(); }, std::move(render));
+                             : std::function<std::string(time_point)>(
+                                   [](time_point) { return iso_timestamp(std::chrono::system_clock::now()); });
+    bus = std::make_unique<event_bus>(
+        options.id, [this] { return clock->now(); }, std::move(render));
   }
 
   std::atomic<int> waiting{0};  // threads blocked in drain()/stop(); completions notify only then
@@ -139,7 +156,8 @@ struct context::impl {
 
   /// The calls that move or read virtual time refuse a real-time context.
   void require_virtual(std::string_view call) const {
-    if (!is_virtual) throw error(errc::invalid_dsl, fmt::format("{}() needs a context built with rc::virtual_time", call));
+    if (!is_virtual)
+      throw error(errc::invalid_dsl, fmt::format("{}() needs a context built with rc::virtual_time", call));
   }
 
   // Virtual time: run ready work; when none is left, jump to the next wait; stop when `done()`
@@ -181,8 +199,7 @@ struct context::impl {
 
 context::context() : context(context_options{}) {}
 context::context(context_options options) : impl_(std::make_unique<impl>(std::move(options), false)) {}
-context::context(virtual_time_t, context_options options)
-    : impl_(std::make_unique<impl>(std::move(options), true)) {}
+context::context(virtual_time_t, context_options options) : impl_(std::make_unique<impl>(std::move(options), true)) {}
 
 context::~context() {
   if (impl_->phase == impl::state::started) stop();

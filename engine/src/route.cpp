@@ -148,6 +148,11 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
   auto& bus = events();
   if (o.is_fail()) {
     if (o.reported) return;  // a nested run already reported it
+    // A step failing because a timeout's deadline passed: the timeout wrapper reports it.
+    if (const cancel_signal* a = ex.abort_signal(); a != nullptr && a->deadline_passed()) {
+      o.reported = true;
+      return;
+    }
     if (events_on && s.reports_failure())
       bus.emit(event_id::step_failed, [&] {
         auto j = x_fields(*this, ex);
@@ -187,6 +192,13 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
     c.pending = false;
     after_step(*steps[c.next], ex, o, c.events_on, c.started);
     if (!o.ok()) return true;
+    // A timeout's deadline passed while the step waited (only a timeout wrapper installs one):
+    // schedule nothing more; the timeout wrapper reports it.
+    if (const cancel_signal* a = ex.abort_signal(); a != nullptr && a->deadline_passed()) {
+      o = outcome::failed(std::make_exception_ptr(error(errc::timed_out, "deadline passed", true)));
+      o.reported = true;
+      return true;
+    }
     ++c.next;
   }
   for (; c.next < steps.size(); ++c.next) {

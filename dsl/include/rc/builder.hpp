@@ -29,11 +29,13 @@
 #include "rc/error.hpp"
 #include "rc/route.hpp"
 #include "rc/steps.hpp"
+#include "rc/wrappers/concurrency.hpp"
 #include "rc/wrappers/delay.hpp"
 #include "rc/wrappers/rate_limit.hpp"
 #include "rc/wrappers/retry.hpp"
 #include "rc/wrappers/slow_down.hpp"
 #include "rc/wrappers/throttle.hpp"
+#include "rc/wrappers/timeout.hpp"
 
 namespace rc {
 
@@ -109,6 +111,26 @@ class route_builder {
     return std::move(*this).wrapper_call("retry", route_layer::retry, [o = std::move(o)](auto inner, scope s) {
       return make_retry(o, std::move(inner), s);
     });
+  }
+
+  /// Fails the next step (after from()) or each run of the pipeline (before from(), one deadline
+  /// per retry attempt) with RC5011 once `d` has passed, cancelling the work inside.
+  route_builder&& timeout(duration d) && { return std::move(*this).timeout(timeout_options{.after = d}); }
+  route_builder&& timeout(timeout_options o) && {
+    o.validate();
+    return std::move(*this).wrapper_call("timeout", route_layer::timeout, [o = std::move(o)](auto inner, scope s) {
+      return make_timeout(o, std::move(inner), s);
+    });
+  }
+
+  /// A bulkhead: at most `max` runs of the next step (after from()) or of the pipeline (before
+  /// from(), innermost; calls stack, the first declared outermost) at once; the rest queue or
+  /// are refused with RC5026.
+  route_builder&& concurrency(concurrency_options o) && {
+    o.validate();
+    return std::move(*this).wrapper_call(
+        "concurrency", route_layer::concurrency,
+        [o = std::move(o)](auto inner, scope s) { return make_concurrency(o, std::move(inner), s); });
   }
 
   /// Wrappers defined elsewhere plug in here. Before from(): a route-scope wrapper at `layer` of

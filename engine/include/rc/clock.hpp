@@ -40,9 +40,13 @@ class cancel_signal {
   /// Calls `f` once when fired (at once if already fired). Used by components that must react to
   /// a cancellation outside a wait (close a socket, abandon a request). Not for hot paths.
   void on_fire(std::function<void()> f);
+  /// Fired because a deadline passed (a deadline_scope's own, or one it inherited from the
+  /// signal it is linked to), not because the client went away. Valid once fired() is true.
+  bool deadline_passed() const noexcept { return fired() && by_deadline_; }
 
  private:
   friend class scheduler;
+  friend class deadline_scope;
   scheduler* owner_;
   // Written under owner_->mutex_; read without it by fired(), which sources and gates call for
   // every exchange (a lock there was a measurable share of a synchronous run).
@@ -53,6 +57,13 @@ class cancel_signal {
   timer_wait* tail_ = nullptr;
   bool detaching_ = false;  // fire() is still detaching waits; guarded by owner_->mutex_
   std::vector<std::function<void()>> callbacks_;
+  // Signals linked below this one (deadline_scope): fired with it. Guarded by owner_->mutex_.
+  cancel_signal* parent_ = nullptr;
+  cancel_signal* first_child_ = nullptr;
+  cancel_signal* prev_sibling_ = nullptr;
+  cancel_signal* next_sibling_ = nullptr;
+  bool by_deadline_ = false;  // written under owner_->mutex_ before fired_ (release)
+  bool retired_ = false;      // disarmed by its deadline_scope: nothing can reach it any more
 };
 
 /// One pending wait. Lives in the awaiting coroutine's frame; never allocated on its own.
@@ -65,6 +76,8 @@ struct timer_wait {
   cancel_signal* signals[2] = {nullptr, nullptr};
   timer_wait* prev[2] = {nullptr, nullptr};
   timer_wait* next[2] = {nullptr, nullptr};
+  /// When set, the wait resumes nobody: it fires this signal when due (deadline_scope).
+  cancel_signal* fires = nullptr;
 };
 
 class scheduler {
@@ -73,6 +86,11 @@ class scheduler {
 
   virtual ~scheduler() = default;
   virtual time_point now() const = 0;
+  /// now() at clock-tick resolution (coarse_resolution(), a few ms at most), for measuring work
+  /// that cannot be interrupted where reading the precise clock per exchange costs too much.
+  /// Exact (resolution zero) on the manual clock.
+  virtual time_point coarse_now() const { return now(); }
+  virtual duration coarse_resolution() const noexcept { return duration::zero(); }
 
   /// Where woken coroutines are resumed. Until set, they are resumed inline (pure engine tests).
   void set_executor(executor_fn fn) { executor_ = std::move(fn); }
@@ -160,6 +178,12 @@ class scheduler {
 
  private:
   friend class cancel_signal;
+  friend class deadline_scope;
+  /// Fires `s` and the signals linked below it, with the mutex held: their waits are detached
+  /// into `woken` and their callbacks moved into `callbacks`, both for the caller to run after
+  /// unlocking.
+  void fire_locked(cancel_signal& s, bool by_deadline, std::vector<std::coroutine_handle<>>& woken,
+                   std::vector<std::function<void()>>& callbacks);
   bool try_complete_now(timer_wait& node, bool signals_only);
   bool enqueue(timer_wait& node, std::coroutine_handle<> h);
   void heap_push(timer_wait* w);
@@ -175,6 +199,34 @@ class scheduler {
   std::vector<timer_wait*> heap_;
   std::uint64_t sequence_ = 0;
   executor_fn executor_;
+};
+
+/// A deadline for one run of some work: a cancel_signal that fires when `due` passes or when
+/// `parent` (the enclosing abort signal, may be null) fires, whichever comes first, so nested
+/// deadlines resolve to the earliest and a client disconnect still reaches the work inside.
+/// Lives in the frame of whoever runs the work; construction and destruction each take the
+/// scheduler's lock once and allocate nothing. Destruction disarms: the timer goes, the link to
+/// the parent goes, and waits or callbacks still registered on the signal are let go (a wait is
+/// woken as cancelled; a callback is dropped, since nothing was aborted). Thread-safe against a
+/// parent fired from another thread and against the timer firing at the same moment.
+class deadline_scope {
+ public:
+  deadline_scope(scheduler& s, cancel_signal* parent, time_point due);
+  deadline_scope(const deadline_scope&) = delete;
+  deadline_scope& operator=(const deadline_scope&) = delete;
+  ~deadline_scope();
+
+  cancel_signal& signal() noexcept { return signal_; }
+  /// Disarms now (the destructor then does nothing) and says whether this scope's own due time
+  /// passed first (not only the parent's).
+  bool disarm();
+
+ private:
+  scheduler& sched_;
+  cancel_signal signal_;
+  timer_wait timer_;
+  bool armed_ = true;
+  bool expired_ = false;
 };
 
 /// Virtual time for tests and rc-sim. Single-threaded: time moves only through advance_to/

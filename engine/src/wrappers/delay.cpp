@@ -25,9 +25,14 @@ class delay_step final : public wrapper {
     if (options_.delay == duration::zero()) {
       if (!rt.intake().fired()) co_await rt.clock().yield();
     } else {
-      cancelled = co_await rt.clock().wait_until(start + options_.delay, &rt.intake()) == wait_result::cancelled;
+      cancelled = co_await rt.clock().wait_until(start + options_.delay, &rt.intake(), ex.abort_signal()) ==
+                  wait_result::cancelled;
     }
     emit_stopped(ex, rt, start, cancelled);
+    // Cut short by the exchange's abort signal (client gone, or an enclosing timeout's deadline)
+    // rather than by shutdown: nobody waits for the step any more.
+    if (cancelled && !rt.intake().fired() && ex.abort_signal() && ex.abort_signal()->fired())
+      co_return outcome::dropped("client-gone");
     if (inner_is_sync()) co_return run_inner_now(ex, rt);
     co_return co_await run_inner(ex, rt);
   }
