@@ -29,7 +29,10 @@
 #include "rc/error.hpp"
 #include "rc/route.hpp"
 #include "rc/steps.hpp"
+#include "rc/wrappers/cache.hpp"
+#include "rc/wrappers/circuit_breaker.hpp"
 #include "rc/wrappers/delay.hpp"
+#include "rc/wrappers/error_handler.hpp"
 #include "rc/wrappers/rate_limit.hpp"
 #include "rc/wrappers/retry.hpp"
 #include "rc/wrappers/slow_down.hpp"
@@ -111,6 +114,48 @@ class route_builder {
     });
   }
 
+  /// Catches failures and decides what follows (rc/wrappers/error_handler.hpp): the handler
+  /// takes (const rc::error&, rc::exchange&) and returns an rc::recovery (a body converts) or an
+  /// rc::task<rc::recovery>. Before from(): the whole run, gates included; after: the next step.
+  template <class H>
+  route_builder&& error(H handler) && {
+    static_assert(std::is_invocable_v<H&, const rc::error&, exchange&>,
+                  "error(): the handler must take (const rc::error&, rc::exchange&)");
+    using R = std::invoke_result_t<H&, const rc::error&, exchange&>;
+    if constexpr (requires { static_cast<bool>(handler); })
+      if (!static_cast<bool>(handler)) invalid_option("error", "handler", "a callable", "an empty function");
+    error_options o;
+    if constexpr (std::is_same_v<std::decay_t<R>, task<recovery>>) {
+      o.async_handler = std::move(handler);
+    } else {
+      static_assert(std::is_convertible_v<R, recovery>,
+                    "error(): the handler must return rc::recovery (or a body, or rc::task<rc::recovery>)");
+      o.handler = [h = std::move(handler)](const rc::error& e, exchange& ex) mutable -> recovery { return h(e, ex); };
+    }
+    o.validate();
+    return std::move(*this).wrapper_call("error", route_layer::error, [o = std::move(o)](auto inner, scope s) {
+      return make_error_handler(o, std::move(inner), s);
+    });
+  }
+
+  /// Fast-fails (RC5025, or the fallback) while the downstream keeps failing
+  /// (rc/wrappers/circuit_breaker.hpp).
+  route_builder&& circuit_breaker(circuit_breaker_options o) && {
+    o.validate();
+    return std::move(*this).wrapper_call(
+        "circuit_breaker", route_layer::circuit_breaker,
+        [o = std::move(o)](auto inner, scope s) { return make_circuit_breaker(o, std::move(inner), s); });
+  }
+
+  /// Caches the next step's body (route scope: the route's final body) by key
+  /// (rc/wrappers/cache.hpp).
+  route_builder&& cache(cache_options o = {}) && {
+    o.validate();
+    return std::move(*this).wrapper_call("cache", route_layer::cache, [o = std::move(o)](auto inner, scope s) {
+      return make_cache(o, std::move(inner), s);
+    });
+  }
+
   /// Wrappers defined elsewhere plug in here. Before from(): a route-scope wrapper at `layer` of
   /// the fixed chain (route_layer; one per layer, the last call wins, except concurrency, which
   /// stacks with the first declared outermost). After from(): wraps the next step.
@@ -140,7 +185,7 @@ class route_builder {
 
   route_builder&& delay(duration d) && {
     if constexpr (!has_from) {
-      throw error(errc::invalid_dsl, "delay() has no route scope: place it after from(), before the step to delay");
+      throw rc::error(errc::invalid_dsl, "delay() has no route scope: place it after from(), before the step to delay");
     } else {
       delay_options o{d};
       o.validate();
@@ -286,13 +331,14 @@ class route_builder {
   // ---- build ------------------------------------------------------------------------------
   route_definition build() && {
     if constexpr (!has_from) {
-      throw error(errc::missing_from, fmt::format("route \"{}\" has no from(): every route needs a source", def_.id));
+      throw rc::error(errc::missing_from,
+                      fmt::format("route \"{}\" has no from(): every route needs a source", def_.id));
     } else {
       if (!pending_.empty())
-        throw error(errc::invalid_dsl,
-                    fmt::format("{}() has no step after it: a step-scope wrapper wraps the next step, so "
-                                "add the step it should wrap (route \"{}\")",
-                                pending_.front().name, def_.id));
+        throw rc::error(errc::invalid_dsl,
+                        fmt::format("{}() has no step after it: a step-scope wrapper wraps the next step, so "
+                                    "add the step it should wrap (route \"{}\")",
+                                    pending_.front().name, def_.id));
       if (def_.id.empty()) def_.id = exchange().id();
       return std::move(def_);
     }
@@ -313,8 +359,8 @@ class route_builder {
 
   void require_before_from(const char* what) const {
     if constexpr (has_from)
-      throw error(errc::invalid_dsl,
-                  fmt::format("{}() must come before from(): it configures the route, not a step", what));
+      throw rc::error(errc::invalid_dsl,
+                      fmt::format("{}() must come before from(): it configures the route, not a step", what));
   }
 
   template <class Marker>
