@@ -23,11 +23,12 @@ std::string one_key(const rc::exchange&) { return "k"; }
 class broken_provider final : public rc::cache_provider {
  public:
   broken_provider(bool get_fails, bool put_fails) : get_fails_(get_fails), put_fails_(put_fails) {}
-  rc::task<std::optional<rc::any_body>> get(const std::string&, rc::time_point) override {
+  rc::task<std::optional<rc::any_body>> get(const std::string&, const rc::scheduler&) override {
     if (get_fails_) throw std::runtime_error("redis down");
     co_return std::nullopt;
   }
-  rc::task<void> put(const std::string&, const rc::any_body&, std::optional<rc::duration>, rc::time_point) override {
+  rc::task<void> put(const std::string&, const rc::any_body&, std::optional<rc::duration>,
+                     const rc::scheduler&) override {
     if (put_fails_) throw std::runtime_error("redis full");
     co_return;
   }

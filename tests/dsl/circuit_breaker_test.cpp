@@ -362,3 +362,17 @@ TEST_CASE("circuit_breaker: each bad option is RC5003 at the call, naming the op
                          rc_error(rc::errc::misconfigured, "max_keys }) must be an integer in [1, 1000000], got 0"));
   }
 }
+
+TEST_CASE("circuit_breaker: a fallback body of another type than the step produces is RC5003") {
+  rc::context ctx(rc::virtual_time);
+  event_recorder events(ctx);
+  ctx.add(rc::craft()
+              .id("r")
+              .from(rc::sequence(std::vector<int>{0, 1}))
+              .circuit_breaker({.failure_threshold = 1,
+                                .fallback = [](rc::exchange&) -> rc::recovery { return std::string("cached"); }})
+              .transform([](int v) -> int { throw std::runtime_error(std::to_string(v)); }));
+  ctx.start();
+  ctx.drain();
+  CHECK(failed_codes(events) == std::vector<std::string>{"RC5001", "RC5003"});
+}

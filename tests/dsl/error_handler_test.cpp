@@ -435,3 +435,32 @@ TEST_CASE("error: an empty handler is RC5003 at the call, naming the option") {
   CHECK_THROWS_MATCHES(rc::craft().from(rc::simple(1)).error(handler_fn{}), rc::error,
                        rc_error(rc::errc::misconfigured, "error({ handler })"));
 }
+
+TEST_CASE("error: a recovery body of another type than the step produces is RC5003, never a misread body") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<std::string> out;
+  event_recorder events(ctx);
+  ctx.add(rc::craft()
+              .id("step")
+              .from(rc::simple(1))
+              .error([](const rc::error&, rc::exchange&) -> rc::recovery { return 42; })  // an int, not a string
+              .transform([](int) -> std::string { throw std::runtime_error("no"); })
+              .to(out));
+  ctx.add(rc::craft()
+              .id("route")
+              .error([](const rc::error&, rc::exchange&) -> rc::recovery { return 42; })
+              .from(rc::simple(1))
+              .transform([](int) -> std::string { throw std::runtime_error("no"); })
+              .to(out));
+  ctx.start();
+  ctx.drain();
+  CHECK(out.count() == 0);
+  const auto failed = events.named("route:exchange:failed");
+  REQUIRE(failed.size() == 2);
+  for (const auto& f : failed) {
+    CHECK(error_code(f) == "RC5003");
+    CHECK_THAT(f.details["error"]["message"].get<std::string>(),
+               Catch::Contains("the recovery body is a int, but the step it replaces produces a std::"));
+  }
+  CHECK(events.count("route:error-handler:failed") == 2);
+}

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -73,6 +74,7 @@ class route_builder {
 
  public:
   using body_type = Body;
+  using learn_fn = std::function<void(const std::type_info&)>;
 
   route_builder(route_builder&&) noexcept = default;
   route_builder& operator=(route_builder&&) noexcept = default;
@@ -133,18 +135,26 @@ class route_builder {
       o.handler = [h = std::move(handler)](const rc::error& e, exchange& ex) mutable -> recovery { return h(e, ex); };
     }
     o.validate();
-    return std::move(*this).wrapper_call("error", route_layer::error, [o = std::move(o)](auto inner, scope s) {
-      return make_error_handler(o, std::move(inner), s);
-    });
+    auto body_type = std::make_shared<const std::type_info*>(nullptr);
+    return std::move(*this).wrapper_call(
+        "error", route_layer::error,
+        [o = std::move(o), body_type](auto inner, scope s) {
+          return make_error_handler(o, std::move(inner), s, body_type);
+        },
+        [body_type](const std::type_info& t) { *body_type = &t; });
   }
 
   /// Fast-fails (RC5025, or the fallback) while the downstream keeps failing
   /// (rc/wrappers/circuit_breaker.hpp).
   route_builder&& circuit_breaker(circuit_breaker_options o) && {
     o.validate();
+    auto body_type = std::make_shared<const std::type_info*>(nullptr);
     return std::move(*this).wrapper_call(
         "circuit_breaker", route_layer::circuit_breaker,
-        [o = std::move(o)](auto inner, scope s) { return make_circuit_breaker(o, std::move(inner), s); });
+        [o = std::move(o), body_type](auto inner, scope s) {
+          return make_circuit_breaker(o, std::move(inner), s, body_type);
+        },
+        [body_type](const std::type_info& t) { *body_type = &t; });
   }
 
   /// Caches the next step's body (route scope: the route's final body) by key
@@ -160,8 +170,10 @@ class route_builder {
   /// the fixed chain (route_layer; one per layer, the last call wins, except concurrency, which
   /// stacks with the first declared outermost). After from(): wraps the next step.
   /// `make(inner, scope)` builds the wrapper; options are validated by the caller, at the call.
+  /// `learn(type)`, when given, is told the body type the wrapped part produces (the next step's
+  /// in step scope, the route's final one in route scope) once the builder knows it.
   template <class Make>
-  route_builder&& wrapper_call(const char* name, route_layer layer, Make make) && {
+  route_builder&& wrapper_call(const char* name, route_layer layer, Make make, learn_fn learn = {}) && {
     static_assert(std::is_invocable_r_v<std::unique_ptr<rc::step>, const Make&, std::unique_ptr<rc::step>, scope>,
                   "wrapper_call(): make(inner, scope) must return std::unique_ptr<rc::step>");
     if constexpr (!has_from) {
@@ -171,14 +183,16 @@ class route_builder {
       }
       if (layer != route_layer::concurrency)
         std::erase_if(def_.wrappers, [layer](const route_wrapper& w) { return w.layer == layer; });
+      if (learn) route_learn_.push_back(std::move(learn));
       def_.wrappers.push_back({layer, [make = std::move(make)](std::unique_ptr<rc::step> tail) {
                                  return make(std::move(tail), scope::route);
                                }});
     } else {
       (void)layer;
-      push_pending(name, [make = std::move(make)](std::unique_ptr<rc::step> inner) {
-        return make(std::move(inner), scope::step);
-      });
+      push_pending(
+          name,
+          [make = std::move(make)](std::unique_ptr<rc::step> inner) { return make(std::move(inner), scope::step); },
+          std::move(learn));
     }
     return std::move(*this);
   }
@@ -226,7 +240,7 @@ class route_builder {
     } else {
       static_assert(detail::typed_source<S>, "from(): the argument is not a source (see rc/components.hpp)");
       using T = typename S::body_type;
-      route_builder<T> next(std::move(def_));
+      route_builder<T> next(std::move(def_), std::move(route_learn_));
       next.def_.source = std::make_unique<S>(std::move(src));
       return next;
     }
@@ -305,8 +319,8 @@ class route_builder {
   template <class Reply, class D>
   route_builder<Reply> request(D endpoint) && {
     require_from<D>();
-    append(std::make_unique<request_step<Reply, D>>(std::move(endpoint)));
-    route_builder<Reply> next(std::move(def_));
+    append<Reply>(std::make_unique<request_step<Reply, D>>(std::move(endpoint)));
+    route_builder<Reply> next(std::move(def_), std::move(route_learn_));
     return next;
   }
 
@@ -340,6 +354,7 @@ class route_builder {
                                     "add the step it should wrap (route \"{}\")",
                                     pending_.front().name, def_.id));
       if (def_.id.empty()) def_.id = exchange().id();
+      for (auto& learn : route_learn_) learn(typeid(Body));
       return std::move(def_);
     }
   }
@@ -352,10 +367,12 @@ class route_builder {
   struct pending_wrapper {
     const char* name;
     std::function<std::unique_ptr<rc::step>(std::unique_ptr<rc::step>)> wrap;
+    learn_fn learn;  // told the wrapped step's body type, when it wants it
   };
 
   route_builder() = default;
-  explicit route_builder(route_definition def) : def_(std::move(def)) {}
+  explicit route_builder(route_definition def, std::vector<learn_fn> route_learn = {})
+      : def_(std::move(def)), route_learn_(std::move(route_learn)) {}
 
   void require_before_from(const char* what) const {
     if constexpr (has_from)
@@ -371,13 +388,18 @@ class route_builder {
   }
 
   template <class W>
-  void push_pending(const char* name, W wrap) {
-    pending_.push_back({name, std::move(wrap)});
+  void push_pending(const char* name, W wrap, learn_fn learn = {}) {
+    pending_.push_back({name, std::move(wrap), std::move(learn)});
   }
 
-  /// Folds the pending wrappers around `s` (first declared outermost) and appends it.
+  /// Folds the pending wrappers around `s` (first declared outermost) and appends it. `Out` is
+  /// the body type after `s`.
+  template <class Out = Body>
   void append(std::unique_ptr<rc::step> s) {
-    for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) s = it->wrap(std::move(s));
+    for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) {
+      if (it->learn) it->learn(typeid(Out));
+      s = it->wrap(std::move(s));
+    }
     pending_.clear();
     def_.steps.push_back(std::move(s));
   }
@@ -385,8 +407,8 @@ class route_builder {
   template <class Out, class F>
   route_builder<Out> append_transform(F f) && {
     static_assert(!std::is_void_v<Out>, "transform(): the function must return the new body");
-    append(std::make_unique<transform_step<Body, Out, F>>(std::move(f)));
-    route_builder<Out> next(std::move(def_));
+    append<Out>(std::make_unique<transform_step<Body, Out, F>>(std::move(f)));
+    route_builder<Out> next(std::move(def_), std::move(route_learn_));
     return next;
   }
 
@@ -397,6 +419,7 @@ class route_builder {
 
   route_definition def_;
   std::vector<pending_wrapper> pending_;
+  std::vector<learn_fn> route_learn_;  // route-scope wrappers, told the route's final body type at build()
 };
 
 inline route_builder<no_body> craft() { return route_builder<no_body>(); }

@@ -5,7 +5,8 @@
 // A recovery is one of:
 // - a body: `return std::string("fallback");` converts implicitly (or `recovery::body(x)`); it
 //   becomes the exchange's body. It must be of the body type the wrapped step produces (route
-//   scope: the route's final body type), as a transform's result would be.
+//   scope: the route's final body type), as a transform's result would be: another type is
+//   RC5003 when the exchange gets there.
 // - `recovery::drop(reason)`: the exchange is dropped (default reason "error-handler-drop").
 // - `recovery::rethrow()`: the failure goes on to the outer wrappers.
 // - `recovery::forward(target)`: the exchange goes to `target` (e.g. `rc::direct<T>("dead")`)
@@ -20,6 +21,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 
 #include "rc/exchange.hpp"
@@ -43,6 +45,17 @@ inline constexpr std::string_view error_code_header = "routecraft.error.code";
 inline constexpr std::string_view error_message_header = "routecraft.error.message";
 inline constexpr std::string_view error_operation_header = "routecraft.error.operation";
 inline constexpr std::string_view error_route_header = "routecraft.error.route";
+
+/// The body type the wrapped step produces, written by the builder once it knows it (the step
+/// after a step-scope wrapper, the route's final body type in route scope). A wrapper that puts
+/// a recovery body in place checks it against this, so a body of the wrong type is RC5003 rather
+/// than a body the next step misreads. Null or unset: unchecked.
+using body_type_slot = std::shared_ptr<const std::type_info*>;
+
+namespace detail {
+/// Throws RC5003 naming `op` when `slot` knows a type and `value` holds another one.
+void check_recovery_body(const body_type_slot& slot, const any_body& value, std::string_view op);
+}  // namespace detail
 
 class recovery {
  public:

@@ -12,10 +12,10 @@ namespace rc {
 
 // ---- providers ---------------------------------------------------------------------------
 
-std::optional<any_body> cache_provider::get_now(const std::string&, time_point) {
+std::optional<any_body> cache_provider::get_now(const std::string&, const scheduler&) {
   throw error(errc::misconfigured, "cache provider: get_now() called on an asynchronous provider");
 }
-void cache_provider::put_now(const std::string&, const any_body&, std::optional<duration>, time_point) {
+void cache_provider::put_now(const std::string&, const any_body&, std::optional<duration>, const scheduler&) {
   throw error(errc::misconfigured, "cache provider: put_now() called on an asynchronous provider");
 }
 
@@ -36,11 +36,11 @@ memory_cache_provider::memory_cache_provider(std::size_t max_entries)
     : impl_(std::make_unique<impl>(max_entries < 1 ? 1 : max_entries)) {}
 memory_cache_provider::~memory_cache_provider() = default;
 
-std::optional<any_body> memory_cache_provider::get_now(const std::string& key, time_point now) {
+std::optional<any_body> memory_cache_provider::get_now(const std::string& key, const scheduler& clock) {
   std::lock_guard lock(impl_->mutex);
   const auto it = impl_->index.find(key);
   if (it == impl_->index.end()) return std::nullopt;
-  if (it->second->expires <= now) {
+  if (it->second->expires != time_point::max() && it->second->expires <= clock.now()) {
     impl_->lru.erase(it->second);
     impl_->index.erase(it);
     return std::nullopt;
@@ -50,12 +50,12 @@ std::optional<any_body> memory_cache_provider::get_now(const std::string& key, t
 }
 
 void memory_cache_provider::put_now(const std::string& key, const any_body& body, std::optional<duration> ttl,
-                                    time_point now) {
+                                    const scheduler& clock) {
   any_body copy = body.clone();
   if (body.has_value() && !copy.has_value())
     throw error(errc::misconfigured,
                 fmt::format("cache(): the body type ({}) is not copyable, so it cannot be cached", body.type().name()));
-  const time_point expires = ttl ? now + *ttl : time_point::max();
+  const time_point expires = ttl ? clock.now() + *ttl : time_point::max();
   std::lock_guard lock(impl_->mutex);
   if (const auto it = impl_->index.find(key); it != impl_->index.end()) {
     it->second->body = std::move(copy);
@@ -71,12 +71,12 @@ void memory_cache_provider::put_now(const std::string& key, const any_body& body
   impl_->index.emplace(key, impl_->lru.begin());
 }
 
-task<std::optional<any_body>> memory_cache_provider::get(const std::string& key, time_point now) {
-  co_return get_now(key, now);
+task<std::optional<any_body>> memory_cache_provider::get(const std::string& key, const scheduler& clock) {
+  co_return get_now(key, clock);
 }
 task<void> memory_cache_provider::put(const std::string& key, const any_body& body, std::optional<duration> ttl,
-                                      time_point now) {
-  put_now(key, body, ttl, now);
+                                      const scheduler& clock) {
+  put_now(key, body, ttl, clock);
   co_return;
 }
 
@@ -122,7 +122,7 @@ class cache_step final : public wrapper {
     if (auto failed = derive_key(ex, key)) return std::move(*failed);
     std::optional<any_body> hit;
     try {
-      hit = provider_->get_now(key, rt.now());
+      hit = provider_->get_now(key, rt.clock());
     } catch (...) {
       return get_failed(ex, rt, key, std::current_exception());
     }
@@ -134,7 +134,7 @@ class cache_step final : public wrapper {
     outcome o = run_inner_now(ex, rt);
     if (o.ok()) {
       try {
-        provider_->put_now(key, ex.raw_body(), options_.ttl, rt.now());
+        provider_->put_now(key, ex.raw_body(), options_.ttl, rt.clock());
         emit_stored(ex, rt, key);
       } catch (...) {
         put_failed(ex, rt, key, std::current_exception());
@@ -150,7 +150,7 @@ class cache_step final : public wrapper {
       std::optional<any_body> hit;
       std::exception_ptr get_error;
       try {
-        hit = co_await provider_->get(key, rt.now());
+        hit = co_await provider_->get(key, rt.clock());
       } catch (...) {
         get_error = std::current_exception();
       }
@@ -235,7 +235,7 @@ class cache_step final : public wrapper {
     if (!o.ok()) co_return o;
     std::exception_ptr put_error;
     try {
-      co_await provider_->put(key, ex.raw_body(), options_.ttl, rt.now());
+      co_await provider_->put(key, ex.raw_body(), options_.ttl, rt.clock());
     } catch (...) {
       put_error = std::current_exception();
     }

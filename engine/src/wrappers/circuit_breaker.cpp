@@ -25,9 +25,10 @@ namespace {
 
 class breaker_step final : public wrapper {
  public:
-  breaker_step(circuit_breaker_options o, std::unique_ptr<step> inner, rc::scope s)
+  breaker_step(circuit_breaker_options o, std::unique_ptr<step> inner, rc::scope s, body_type_slot body_type)
       : wrapper(std::move(inner), s),
         options_(std::move(o)),
+        body_type_(std::move(body_type)),
         params_{options_.failure_threshold, options_.window, options_.cooldown, options_.half_open_max},
         table_(options_.max_keys) {}
 
@@ -82,24 +83,32 @@ class breaker_step final : public wrapper {
     }
   }
 
-  /// The breaker for `key` (the single one when unkeyed). Called with the mutex held.
-  breaker* locate(const std::string& key, time_point now, bool& overflow) {
+  /// The breaker for `key` (the single one when unkeyed). Called with the mutex held. `now` is
+  /// read only when a full keyed table has to judge which breaker is idle.
+  template <class Now>
+  breaker* locate(const std::string& key, Now& now, bool& overflow) {
     overflow = false;
     if (!options_.key) return &single_;
-    breaker* b = table_.touch(key, [&](const breaker& s) { return s.idle(now, params_); });
+    breaker* b = table_.touch(key, [&](const breaker& s) { return s.idle(now(), params_); });
     if (b) return b;
     overflow = true;
     return &overflow_;
   }
 
+  // The clock is read only when the answer depends on it (open or half-open, a full keyed
+  // table): a closed breaker admits without it, so it costs a healthy route no clock read.
   pass admit(const exchange& ex, route_runtime& rt, const std::string& key) {
-    const time_point now = rt.now();
+    std::optional<time_point> t;
+    auto now = [&] {
+      if (!t) t = rt.now();
+      return *t;
+    };
     pass p;
     bool half_opened = false;
     {
       std::lock_guard lock(mutex_);
       breaker* b = locate(key, now, p.overflow);
-      const breaker::admission a = b->admit(now, params_);
+      const breaker::admission a = b->admit(b->current() == breaker::state::closed ? time_point{} : now(), params_);
       p.admitted = a.admitted;
       p.ticket = a.t;
       p.state = b->current();
@@ -113,7 +122,8 @@ class breaker_step final : public wrapper {
 
   void finish(const pass& p, const outcome& o, const exchange& ex, route_runtime& rt, const std::string& key) {
     const bool failure = o.is_fail() && counts(o.error);
-    const time_point now = rt.now();
+    if (!failure && !p.ticket.probe) return;  // only a probe's success moves the state
+    const time_point now = failure ? rt.now() : time_point{};
     breaker::transition tr = breaker::transition::none;
     int failures = 0;
     {
@@ -157,6 +167,7 @@ class breaker_step final : public wrapper {
       recovery r = options_.fallback(ex);
       switch (r.what()) {
         case recovery::kind::body:
+          detail::check_recovery_body(body_type_, r.value(), "circuitBreaker({ fallback })");
           ex.raw_body() = std::move(r.value());
           return outcome::proceed();
         case recovery::kind::drop:
@@ -195,6 +206,7 @@ class breaker_step final : public wrapper {
   }
 
   circuit_breaker_options options_;
+  body_type_slot body_type_;
   breaker_params params_;
   std::mutex mutex_;
   breaker single_;
@@ -204,9 +216,10 @@ class breaker_step final : public wrapper {
 
 }  // namespace
 
-std::unique_ptr<step> make_circuit_breaker(circuit_breaker_options options, std::unique_ptr<step> inner, scope s) {
+std::unique_ptr<step> make_circuit_breaker(circuit_breaker_options options, std::unique_ptr<step> inner, scope s,
+                                           body_type_slot body_type) {
   options.validate();
-  return std::make_unique<breaker_step>(std::move(options), std::move(inner), s);
+  return std::make_unique<breaker_step>(std::move(options), std::move(inner), s, std::move(body_type));
 }
 
 }  // namespace rc

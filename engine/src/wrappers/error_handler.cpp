@@ -1,5 +1,9 @@
 #include "rc/wrappers/error_handler.hpp"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+
 #include "rc/route.hpp"
 
 namespace rc {
@@ -9,6 +13,23 @@ void error_options::validate() const {
 }
 
 namespace detail {
+namespace {
+
+std::string type_name(const std::type_info& t) {
+  int status = 0;
+  char* readable = abi::__cxa_demangle(t.name(), nullptr, nullptr, &status);
+  std::string out = status == 0 && readable ? readable : t.name();
+  std::free(readable);
+  return out;
+}
+
+}  // namespace
+
+void check_recovery_body(const body_type_slot& slot, const any_body& value, std::string_view op) {
+  if (!slot || !*slot || value.type() == **slot) return;
+  throw error(errc::misconfigured, fmt::format("{}: the recovery body is a {}, but the step it replaces produces a {}",
+                                               op, type_name(value.type()), type_name(**slot)));
+}
 
 task<any_body> forward_failed(forward_target& target, exchange& ex, route_runtime& rt, const error& err) {
   // The error travels in headers on the forwarded copy only: the caller's exchange, if recovered
@@ -43,8 +64,8 @@ nlohmann::json error_json(const error& err) {
 
 class error_step final : public wrapper {
  public:
-  error_step(error_options o, std::unique_ptr<step> inner, rc::scope s)
-      : wrapper(std::move(inner), s), options_(std::move(o)) {}
+  error_step(error_options o, std::unique_ptr<step> inner, rc::scope s, body_type_slot body_type)
+      : wrapper(std::move(inner), s), options_(std::move(o)), body_type_(std::move(body_type)) {}
 
   // Always asynchronous: a forward recovery waits for another route.
   task<outcome> run(exchange& ex, route_runtime& rt) override {
@@ -96,6 +117,14 @@ class error_step final : public wrapper {
       }
     }
 
+    if (!handler_error && r.what() == recovery::kind::body) {
+      try {
+        detail::check_recovery_body(body_type_, r.value(), "error()");
+      } catch (...) {
+        handler_error = std::current_exception();
+      }
+    }
+
     if (handler_error || r.what() == recovery::kind::rethrow) {
       outcome out = handler_error ? outcome::failed(normalise(handler_error)) : std::move(failed);
       bus.emit(event_id::error_handler_failed, [&] {
@@ -140,13 +169,15 @@ class error_step final : public wrapper {
   }
 
   error_options options_;
+  body_type_slot body_type_;
 };
 
 }  // namespace
 
-std::unique_ptr<step> make_error_handler(error_options options, std::unique_ptr<step> inner, scope s) {
+std::unique_ptr<step> make_error_handler(error_options options, std::unique_ptr<step> inner, scope s,
+                                         body_type_slot body_type) {
   options.validate();
-  return std::make_unique<error_step>(std::move(options), std::move(inner), s);
+  return std::make_unique<error_step>(std::move(options), std::move(inner), s, std::move(body_type));
 }
 
 }  // namespace rc

@@ -49,7 +49,7 @@ class breaker {
   int failure_count() const noexcept { return static_cast<int>(failures_.size()); }
   time_point opened_at() const noexcept { return opened_at_; }
 
-  /// Admits or refuses a call at `now`.
+  /// Admits or refuses a call at `now` (a closed breaker does not look at `now`).
   admission admit(time_point now, const breaker_params& p) {
     admission a;
     if (state_ == state::open) {
@@ -75,6 +75,7 @@ class breaker {
   }
 
   /// The admitted call `t` ended well (or with an outcome that does not count as a failure).
+  /// Only a probe's success changes anything.
   transition on_success(ticket t) {
     if (t.epoch != epoch_) return transition::none;
     if (state_ == state::half_open && t.probe) {

@@ -28,6 +28,7 @@
 #include <string>
 #include <string_view>
 
+#include "rc/clock.hpp"
 #include "rc/exchange.hpp"
 #include "rc/options.hpp"
 #include "rc/step.hpp"
@@ -42,16 +43,19 @@ namespace rc {
 class cache_provider {
  public:
   virtual ~cache_provider() = default;
-  /// A copy of the body stored under `key`, or nothing (absent or expired at `now`).
-  virtual task<std::optional<any_body>> get(const std::string& key, time_point now) = 0;
-  /// Stores a copy of `body` under `key`, expiring `ttl` after `now` (never when empty).
-  virtual task<void> put(const std::string& key, const any_body& body, std::optional<duration> ttl, time_point now) = 0;
+  /// A copy of the body stored under `key`, or nothing (absent or expired). `clock` is the
+  /// engine's (virtual in tests); read it only when needed: a clock read is a real cost per hit.
+  virtual task<std::optional<any_body>> get(const std::string& key, const scheduler& clock) = 0;
+  /// Stores a copy of `body` under `key`, expiring `ttl` from now (never when empty).
+  virtual task<void> put(const std::string& key, const any_body& body, std::optional<duration> ttl,
+                         const scheduler& clock) = 0;
 
   /// True when get_now/put_now answer at once (an in-memory store): around a synchronous step
   /// the cache then runs without a coroutine.
   virtual bool synchronous() const noexcept { return false; }
-  virtual std::optional<any_body> get_now(const std::string& key, time_point now);
-  virtual void put_now(const std::string& key, const any_body& body, std::optional<duration> ttl, time_point now);
+  virtual std::optional<any_body> get_now(const std::string& key, const scheduler& clock);
+  virtual void put_now(const std::string& key, const any_body& body, std::optional<duration> ttl,
+                       const scheduler& clock);
 };
 
 /// The default provider: an in-memory LRU of copies, bounded by entry count, thread-safe.
@@ -60,11 +64,13 @@ class memory_cache_provider final : public cache_provider {
   explicit memory_cache_provider(std::size_t max_entries = 1000);
   ~memory_cache_provider() override;
 
-  task<std::optional<any_body>> get(const std::string& key, time_point now) override;
-  task<void> put(const std::string& key, const any_body& body, std::optional<duration> ttl, time_point now) override;
+  task<std::optional<any_body>> get(const std::string& key, const scheduler& clock) override;
+  task<void> put(const std::string& key, const any_body& body, std::optional<duration> ttl,
+                 const scheduler& clock) override;
   bool synchronous() const noexcept override { return true; }
-  std::optional<any_body> get_now(const std::string& key, time_point now) override;
-  void put_now(const std::string& key, const any_body& body, std::optional<duration> ttl, time_point now) override;
+  std::optional<any_body> get_now(const std::string& key, const scheduler& clock) override;
+  void put_now(const std::string& key, const any_body& body, std::optional<duration> ttl,
+               const scheduler& clock) override;
 
   std::size_t size() const;
 

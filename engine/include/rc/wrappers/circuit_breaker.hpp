@@ -53,6 +53,8 @@ struct circuit_breaker_options {
   void validate() const;
 };
 
-std::unique_ptr<step> make_circuit_breaker(circuit_breaker_options options, std::unique_ptr<step> inner, scope s);
+/// `body_type`: the fallback's body is checked against it (see body_type_slot).
+std::unique_ptr<step> make_circuit_breaker(circuit_breaker_options options, std::unique_ptr<step> inner, scope s,
+                                           body_type_slot body_type = {});
 
 }  // namespace rc

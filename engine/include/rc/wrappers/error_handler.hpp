@@ -28,7 +28,9 @@ struct error_options {
   void validate() const;
 };
 
-std::unique_ptr<step> make_error_handler(error_options options, std::unique_ptr<step> inner, scope s);
+/// `body_type`: see body_type_slot (the builder passes it; unchecked when null).
+std::unique_ptr<step> make_error_handler(error_options options, std::unique_ptr<step> inner, scope s,
+                                         body_type_slot body_type = {});
 
 namespace detail {
 /// Runs a forward recovery: sets the error headers on `ex`, forwards it and returns the target's
