@@ -1,5 +1,7 @@
 #include "rc/wrappers/circuit_breaker.hpp"
 
+#include <atomic>
+#include <limits>
 #include <mutex>
 #include <optional>
 
@@ -104,6 +106,16 @@ class breaker_step final : public wrapper {
       return *t;
     };
     pass p;
+    // An open unkeyed breaker inside its cooldown refuses without the lock: only the cooldown's
+    // end (or a close) changes that answer, and both are decided under the lock.
+    if (!options_.key) {
+      const auto until = single_open_until_.load(std::memory_order_acquire);
+      if (until != no_deadline && now().time_since_epoch().count() < until) {
+        p.state = breaker::state::open;
+        p.retry_after = duration(until) - now().time_since_epoch();
+        return p;
+      }
+    }
     bool half_opened = false;
     {
       std::lock_guard lock(mutex_);
@@ -114,6 +126,7 @@ class breaker_step final : public wrapper {
       p.state = b->current();
       p.retry_after = a.retry_after;
       half_opened = a.became_half_open;
+      if (b == &single_) publish_single();
     }
     if (half_opened)
       rt.events().emit(event_id::breaker_half_open, [&] { return with_key(identity(ex, rt, options_.label), key); });
@@ -132,6 +145,7 @@ class breaker_step final : public wrapper {
       if (!b) return;  // forgotten while the call ran (it was idle): nothing to update
       tr = failure ? b->on_failure(p.ticket, now, params_) : b->on_success(p.ticket);
       failures = b->failure_count();
+      if (b == &single_) publish_single();
     }
     if (tr == breaker::transition::opened)
       rt.events().emit(event_id::breaker_opened, [&] {
@@ -205,11 +219,22 @@ class breaker_step final : public wrapper {
     return j;
   }
 
+  /// Mirrors the unkeyed breaker's cooldown end for the lock-free refusal (mutex held).
+  void publish_single() noexcept {
+    single_open_until_.store(single_.current() == breaker::state::open
+                                 ? (single_.opened_at() + params_.cooldown).time_since_epoch().count()
+                                 : no_deadline,
+                             std::memory_order_release);
+  }
+
+  static constexpr duration::rep no_deadline = std::numeric_limits<duration::rep>::min();
+
   circuit_breaker_options options_;
   body_type_slot body_type_;
   breaker_params params_;
   std::mutex mutex_;
   breaker single_;
+  std::atomic<duration::rep> single_open_until_{no_deadline};  // engine ns; no_deadline unless open
   breaker overflow_;
   keyed_lru<breaker> table_;
 };
