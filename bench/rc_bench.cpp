@@ -16,6 +16,8 @@
 //   plain_burst    the same from simple(): all N started at once
 //   throttle_open  plain_seq with a step throttle that never paces
 //   retry_open     plain_seq with a step retry that never fails
+//   breaker_open   plain_seq with a step circuit breaker held open: every call gets the fallback
+//   cache_hit      plain_seq with a step cache whose one key always hits (in-memory provider)
 //   delay0         N (200,000) in flight through delay(0ms); bytes per waiting exchange
 //   pacing         N (3,000) at once through rate 1000/s burst 1, real time: window and lateness
 //                  against each admission's slot (see pacing())
@@ -37,9 +39,11 @@
 #include <numeric>
 #include <optional>
 #include <rc/rc.hpp>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -102,7 +106,7 @@ double run_to_idle(rc::context& ctx) {
 
 // ---- throughput: one route, synchronous steps or wrappers that never wait -----------------------
 
-enum class wrap { none, throttle, retry };
+enum class wrap { none, throttle, retry, breaker_open, cache_hit };
 
 /// sequence (or simple) -> [wrapper] transform -> noop. The transform counts, so a run that lost
 /// exchanges shows in `completed`.
@@ -125,6 +129,32 @@ result throughput(std::size_t n, Source make_source, wrap w, bool subscriber = f
       break;
     case wrap::retry:
       ctx.add(std::move(route).retry({.max_attempts = 3}).transform(count).to(rc::noop()));
+      break;
+    case wrap::breaker_open: {
+      // The first call fails and opens the breaker for an hour: every later call is refused and
+      // the fallback's body goes on to noop. Measures the refusal path (lock, state check, fallback).
+      auto fail_first = [&completed, first = true](int v) mutable {
+        if (std::exchange(first, false)) throw std::runtime_error("down");
+        ++completed;
+        return v + 1;
+      };
+      ctx.add(std::move(route)
+                  .circuit_breaker({.failure_threshold = 1,
+                                    .cooldown = std::chrono::hours(1),
+                                    .fallback = [&completed](rc::exchange&) -> rc::recovery {
+                                      ++completed;
+                                      return 0;
+                                    }})
+                  .transform(fail_first)
+                  .to(rc::noop()));
+      break;
+    }
+    case wrap::cache_hit:
+      // One key: the first exchange stores, every later one hits the in-memory provider.
+      ctx.add(std::move(route)
+                  .cache({.key = [](const rc::exchange&) { return std::string("k"); }})
+                  .transform(count)
+                  .to(rc::noop()));
       break;
   }
   std::size_t seen = 0;
@@ -152,6 +182,8 @@ result plain_seq(const run_config& c) { return throughput(c.n, seq_source<int>, 
 result plain_burst(const run_config& c) { return throughput(c.n, burst_source<int>, wrap::none); }
 result throttle_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::throttle); }
 result retry_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::retry); }
+result breaker_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::breaker_open); }
+result cache_hit(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::cache_hit); }
 result events(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::none, true); }
 
 // ---- delay0: every exchange parked at once in delay(0ms) ----------------------------------------
@@ -396,6 +428,8 @@ constexpr scenario scenarios[] = {
     {"plain_burst", 5'000'000, plain_burst},
     {"throttle_open", 2'000'000, throttle_open},
     {"retry_open", 2'000'000, retry_open},
+    {"breaker_open", 2'000'000, breaker_open},
+    {"cache_hit", 2'000'000, cache_hit},
     {"delay0", 200'000, delay0},
     {"pacing", 3'000, pacing},
     {"inflight", 100'000, inflight},
