@@ -273,6 +273,53 @@ TEST_CASE("cache: on shutdown a waiting miss runs the step itself") {
   CHECK(out.times() == std::vector<rc::duration>{1000ms, 1005ms});
 }
 
+/// Starts body 0 at once, then body 1 carrying `abort` as its abort signal (a client that may
+/// go away).
+class abortable_pair final : public rc::source<int> {
+ public:
+  explicit abortable_pair(rc::cancel_signal* abort) : abort_(abort) {}
+  std::string_view adapter() const override { return "pair"; }
+  rc::task<void> run(rc::source_context& sc) override {
+    sc.spawn(sc.make(0));
+    auto ex = sc.make(1);
+    ex.set_abort_signal(abort_);
+    sc.spawn(std::move(ex));
+    co_return;
+  }
+
+ private:
+  rc::cancel_signal* abort_;
+};
+
+TEST_CASE("cache: a waiting miss whose client goes away stops waiting and drops with client-gone") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  event_recorder events(ctx);
+  rc::cancel_signal client_gone(ctx.clock());
+  int calls = 0;
+  ctx.add(rc::craft()
+              .id("r")
+              .from(abortable_pair(&client_gone))
+              .cache({.key = one_key})
+              .delay(10ms)
+              .transform([&](int v) {
+                ++calls;
+                return v;
+              })
+              .to(out));
+  ctx.start();
+  ctx.advance(3ms);
+  client_gone.fire();
+  ctx.advance(1ms);
+  const auto dropped = events.named("route:exchange:dropped");
+  REQUIRE(dropped.size() == 1);  // at once, not when the leader finishes
+  CHECK(dropped[0].details["reason"] == "client-gone");
+  ctx.drain();
+  CHECK(calls == 1);
+  CHECK(out.bodies() == std::vector<int>{0});
+  CHECK(events.count("route:cache:hit") == 0);
+}
+
 // ---- route scope ------------------------------------------------------------------------------
 
 TEST_CASE("cache, route scope: the pipeline's final body is cached; a hit emits exchange:restored") {

@@ -1,4 +1,5 @@
 // circuit_breaker through the DSL, both scopes, in virtual time.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <map>
 #include <rc/rc.hpp>
@@ -375,4 +376,27 @@ TEST_CASE("circuit_breaker: a fallback body of another type than the step produc
   ctx.start();
   ctx.drain();
   CHECK(failed_codes(events) == std::vector<std::string>{"RC5001", "RC5003"});
+}
+
+TEST_CASE("circuit_breaker: several worker threads share one breaker consistently") {
+  // Real time, 4 threads: every call fails; the breaker must open once and the rest be refused.
+  rc::context ctx(rc::context_options{.threads = 4});
+  event_recorder events(ctx);
+  std::atomic<int> calls{0};
+  ctx.add(rc::craft()
+              .id("r")
+              .from(rc::simple(std::vector<int>(2000, 1)))
+              .circuit_breaker({.failure_threshold = 50, .cooldown = std::chrono::hours(1)})
+              .delay(0ms)
+              .to([&](int&) {
+                ++calls;
+                throw std::runtime_error("down");
+              }));
+  ctx.start();
+  ctx.drain();
+  ctx.stop();
+  CHECK(events.count("route:circuitBreaker:opened") == 1);
+  CHECK(calls.load() >= 50);
+  CHECK(events.count("route:exchange:failed") == 2000);
+  CHECK(static_cast<int>(events.count("route:circuitBreaker:rejected")) == 2000 - calls.load());
 }
