@@ -166,8 +166,10 @@ class cache_step final : public wrapper {
       me.wait = &wait.node;
       if (join_or_lead(key, me)) co_return co_await lead(ex, rt, key);
 
-      const wait_result r = co_await wait.by_ref();
-      leave(key, me, r);
+      // Unregisters `me` however this frame ends, so a leader never writes to a dead frame.
+      waiter_guard guard{this, &key, &me};
+      co_await wait.by_ref();
+      guard.leave();
       if (me.done) {
         if (me.result) {
           restore(ex, rt, key, std::move(*me.result));
@@ -213,17 +215,45 @@ class cache_step final : public wrapper {
   }
 
   /// After a waiter woke: unregisters it unless the leader already handed it a result.
-  void leave(const std::string& key, flight_waiter& me, wait_result) {
+  void leave(const std::string& key, flight_waiter& me) {
     std::lock_guard lock(mutex_);
     if (me.done) return;
     if (auto it = flights_.find(key); it != flights_.end()) std::erase(it->second, &me);
   }
 
   task<outcome> lead(exchange& ex, route_runtime& rt, const std::string& key) {
+    // Releases the waiters however this frame ends: a leader destroyed mid-step (an abandoned
+    // run) must not leave them waiting for ever.
+    leader_guard guard{this, &key, &rt};
     outcome o = co_await run_and_store(ex, rt, key);
+    guard.done = true;
     finish_flight(key, o.ok() ? &ex.raw_body() : nullptr, rt);
     co_return o;
   }
+
+  struct leader_guard {
+    cache_step* self;
+    const std::string* key;
+    route_runtime* rt;
+    bool done = false;
+    ~leader_guard() {
+      if (!done) self->finish_flight(*key, nullptr, *rt);
+    }
+  };
+
+  struct waiter_guard {
+    cache_step* self;
+    const std::string* key;
+    flight_waiter* me;
+    bool left = false;
+    void leave() {
+      self->leave(*key, *me);
+      left = true;
+    }
+    ~waiter_guard() {
+      if (!left) self->leave(*key, *me);
+    }
+  };
 
   task<outcome> run_and_store(exchange& ex, route_runtime& rt, const std::string& key) {
     emit_key(event_id::cache_miss, ex, rt, key);
