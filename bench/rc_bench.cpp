@@ -19,6 +19,8 @@
 //   timeout_open   plain_seq with a step timeout (1 h) that is never hit
 //   timeout_route_open  plain_seq under a route-scope timeout (1 h): a deadline armed per run
 //   concurrency_open    plain_seq with a step bulkhead whose max is never reached
+//   breaker_open   plain_seq with a step circuit breaker held open: every call gets the fallback
+//   cache_hit      plain_seq with a step cache whose one key always hits (in-memory provider)
 //   delay0         N (200,000) in flight through delay(0ms); bytes per waiting exchange
 //   pacing         N (3,000) at once through rate 1000/s burst 1, real time: window and lateness
 //                  against each admission's slot (see pacing())
@@ -40,9 +42,11 @@
 #include <numeric>
 #include <optional>
 #include <rc/rc.hpp>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -105,7 +109,7 @@ double run_to_idle(rc::context& ctx) {
 
 // ---- throughput: one route, synchronous steps or wrappers that never wait -----------------------
 
-enum class wrap { none, throttle, retry, timeout, timeout_route, concurrency };
+enum class wrap { none, throttle, retry, timeout, timeout_route, concurrency, breaker_open, cache_hit };
 
 /// sequence (or simple) -> [wrapper] transform -> noop. The transform counts, so a run that lost
 /// exchanges shows in `completed`.
@@ -143,6 +147,32 @@ result throughput(std::size_t n, Source make_source, wrap w, bool subscriber = f
     case wrap::concurrency:
       ctx.add(std::move(route).concurrency({.max = 1'000'000}).transform(count).to(rc::noop()));
       break;
+    case wrap::breaker_open: {
+      // The first call fails and opens the breaker for an hour: every later call is refused and
+      // the fallback's body goes on to noop. Measures the refusal path (lock, state check, fallback).
+      auto fail_first = [&completed, first = true](int v) mutable {
+        if (std::exchange(first, false)) throw std::runtime_error("down");
+        ++completed;
+        return v + 1;
+      };
+      ctx.add(std::move(route)
+                  .circuit_breaker({.failure_threshold = 1,
+                                    .cooldown = std::chrono::hours(1),
+                                    .fallback = [&completed](rc::exchange&) -> rc::recovery {
+                                      ++completed;
+                                      return 0;
+                                    }})
+                  .transform(fail_first)
+                  .to(rc::noop()));
+      break;
+    }
+    case wrap::cache_hit:
+      // One key: the first exchange stores, every later one hits the in-memory provider.
+      ctx.add(std::move(route)
+                  .cache({.key = [](const rc::exchange&) { return std::string("k"); }})
+                  .transform(count)
+                  .to(rc::noop()));
+      break;
   }
   std::size_t seen = 0;
   rc::subscription sub;
@@ -172,6 +202,8 @@ result retry_open(const run_config& c) { return throughput(c.n, seq_source<int>,
 result timeout_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::timeout); }
 result timeout_route_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::timeout_route); }
 result concurrency_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::concurrency); }
+result breaker_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::breaker_open); }
+result cache_hit(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::cache_hit); }
 result events(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::none, true); }
 
 // ---- delay0: every exchange parked at once in delay(0ms) ----------------------------------------
@@ -419,6 +451,8 @@ constexpr scenario scenarios[] = {
     {"timeout_open", 2'000'000, timeout_open},
     {"timeout_route_open", 2'000'000, timeout_route_open},
     {"concurrency_open", 2'000'000, concurrency_open},
+    {"breaker_open", 2'000'000, breaker_open},
+    {"cache_hit", 2'000'000, cache_hit},
     {"delay0", 200'000, delay0},
     {"pacing", 3'000, pacing},
     {"inflight", 100'000, inflight},

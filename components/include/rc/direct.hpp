@@ -6,7 +6,8 @@
 // through the endpoint's route and waits for it: a failure there fails the caller with the same
 // error; the body is unchanged. `request<Reply>(rc::direct<order>("orders"))` is request/reply:
 // the endpoint route's final body (of type Reply) becomes the caller's body. No endpoint under
-// the name: RC5004.
+// the name: RC5004. It is also a forward target: `rc::recovery::forward(rc::direct<T>("dead"))`
+// from an error handler sends the failed exchange there (a dead-letter route).
 #pragma once
 
 #include <map>
@@ -16,6 +17,7 @@
 
 #include "rc/context.hpp"
 #include "rc/endpoint.hpp"
+#include "rc/recovery.hpp"
 
 namespace rc {
 
@@ -49,7 +51,7 @@ class direct_registry {
 };
 
 template <class T>
-class direct_endpoint final : public source<T>, public destination_base {
+class direct_endpoint final : public source<T>, public destination_base, public forward_target {
  public:
   explicit direct_endpoint(std::string name) : name_(std::move(name)) {}
 
@@ -66,6 +68,15 @@ class direct_endpoint final : public source<T>, public destination_base {
   // destination
   bool synchronous() const noexcept override { return false; }
   task<void> send(exchange& ex, route_runtime& rt) override { (void)co_await call(ex, rt); }
+
+  // forward target (an error handler's recovery::forward): the failed exchange must still hold a T.
+  std::string describe() const override { return "direct:" + name_; }
+  task<exchange> forward(exchange& ex, route_runtime& rt) override {
+    if (!ex.raw_body().template holds<T>())
+      throw error(errc::misconfigured, "forward(): direct endpoint \"" + name_ +
+                                           "\" takes another body type than the failed exchange holds");
+    co_return co_await call(ex, rt);
+  }
 
   /// Runs the endpoint's route on a copy of `ex`; returns the endpoint's final exchange.
   task<exchange> call(exchange& ex, route_runtime& rt) {

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <type_traits>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -29,8 +30,11 @@
 #include "rc/error.hpp"
 #include "rc/route.hpp"
 #include "rc/steps.hpp"
+#include "rc/wrappers/cache.hpp"
+#include "rc/wrappers/circuit_breaker.hpp"
 #include "rc/wrappers/concurrency.hpp"
 #include "rc/wrappers/delay.hpp"
+#include "rc/wrappers/error_handler.hpp"
 #include "rc/wrappers/rate_limit.hpp"
 #include "rc/wrappers/retry.hpp"
 #include "rc/wrappers/slow_down.hpp"
@@ -72,6 +76,7 @@ class route_builder {
 
  public:
   using body_type = Body;
+  using learn_fn = std::function<void(const std::type_info&)>;
 
   route_builder(route_builder&&) noexcept = default;
   route_builder& operator=(route_builder&&) noexcept = default;
@@ -133,12 +138,64 @@ class route_builder {
         [o = std::move(o)](auto inner, scope s) { return make_concurrency(o, std::move(inner), s); });
   }
 
+  /// Catches failures and decides what follows (rc/wrappers/error_handler.hpp): the handler
+  /// takes (const rc::error&, rc::exchange&) and returns an rc::recovery (a body converts) or an
+  /// rc::task<rc::recovery>. Before from(): the whole run, gates included; after: the next step.
+  template <class H>
+  route_builder&& error(H handler) && {
+    static_assert(std::is_invocable_v<H&, const rc::error&, exchange&>,
+                  "error(): the handler must take (const rc::error&, rc::exchange&)");
+    using R = std::invoke_result_t<H&, const rc::error&, exchange&>;
+    if constexpr (requires { static_cast<bool>(handler); })
+      if (!static_cast<bool>(handler)) invalid_option("error", "handler", "a callable", "an empty function");
+    error_options o;
+    if constexpr (std::is_same_v<std::decay_t<R>, task<recovery>>) {
+      o.async_handler = std::move(handler);
+    } else {
+      static_assert(std::is_convertible_v<R, recovery>,
+                    "error(): the handler must return rc::recovery (or a body, or rc::task<rc::recovery>)");
+      o.handler = [h = std::move(handler)](const rc::error& e, exchange& ex) mutable -> recovery { return h(e, ex); };
+    }
+    o.validate();
+    auto body_type = std::make_shared<const std::type_info*>(nullptr);
+    return std::move(*this).wrapper_call(
+        "error", route_layer::error,
+        [o = std::move(o), body_type](auto inner, scope s) {
+          return make_error_handler(o, std::move(inner), s, body_type);
+        },
+        [body_type](const std::type_info& t) { *body_type = &t; });
+  }
+
+  /// Fast-fails (RC5025, or the fallback) while the downstream keeps failing
+  /// (rc/wrappers/circuit_breaker.hpp).
+  route_builder&& circuit_breaker(circuit_breaker_options o) && {
+    o.validate();
+    auto body_type = std::make_shared<const std::type_info*>(nullptr);
+    return std::move(*this).wrapper_call(
+        "circuit_breaker", route_layer::circuit_breaker,
+        [o = std::move(o), body_type](auto inner, scope s) {
+          return make_circuit_breaker(o, std::move(inner), s, body_type);
+        },
+        [body_type](const std::type_info& t) { *body_type = &t; });
+  }
+
+  /// Caches the next step's body (route scope: the route's final body) by key
+  /// (rc/wrappers/cache.hpp).
+  route_builder&& cache(cache_options o = {}) && {
+    o.validate();
+    return std::move(*this).wrapper_call("cache", route_layer::cache, [o = std::move(o)](auto inner, scope s) {
+      return make_cache(o, std::move(inner), s);
+    });
+  }
+
   /// Wrappers defined elsewhere plug in here. Before from(): a route-scope wrapper at `layer` of
   /// the fixed chain (route_layer; one per layer, the last call wins, except concurrency, which
   /// stacks with the first declared outermost). After from(): wraps the next step.
   /// `make(inner, scope)` builds the wrapper; options are validated by the caller, at the call.
+  /// `learn(type)`, when given, is told the body type the wrapped part produces (the next step's
+  /// in step scope, the route's final one in route scope) once the builder knows it.
   template <class Make>
-  route_builder&& wrapper_call(const char* name, route_layer layer, Make make) && {
+  route_builder&& wrapper_call(const char* name, route_layer layer, Make make, learn_fn learn = {}) && {
     static_assert(std::is_invocable_r_v<std::unique_ptr<rc::step>, const Make&, std::unique_ptr<rc::step>, scope>,
                   "wrapper_call(): make(inner, scope) must return std::unique_ptr<rc::step>");
     if constexpr (!has_from) {
@@ -148,21 +205,23 @@ class route_builder {
       }
       if (layer != route_layer::concurrency)
         std::erase_if(def_.wrappers, [layer](const route_wrapper& w) { return w.layer == layer; });
+      if (learn) route_learn_.push_back(std::move(learn));
       def_.wrappers.push_back({layer, [make = std::move(make)](std::unique_ptr<rc::step> tail) {
                                  return make(std::move(tail), scope::route);
                                }});
     } else {
       (void)layer;
-      push_pending(name, [make = std::move(make)](std::unique_ptr<rc::step> inner) {
-        return make(std::move(inner), scope::step);
-      });
+      push_pending(
+          name,
+          [make = std::move(make)](std::unique_ptr<rc::step> inner) { return make(std::move(inner), scope::step); },
+          std::move(learn));
     }
     return std::move(*this);
   }
 
   route_builder&& delay(duration d) && {
     if constexpr (!has_from) {
-      throw error(errc::invalid_dsl, "delay() has no route scope: place it after from(), before the step to delay");
+      throw rc::error(errc::invalid_dsl, "delay() has no route scope: place it after from(), before the step to delay");
     } else {
       delay_options o{d};
       o.validate();
@@ -203,7 +262,7 @@ class route_builder {
     } else {
       static_assert(detail::typed_source<S>, "from(): the argument is not a source (see rc/components.hpp)");
       using T = typename S::body_type;
-      route_builder<T> next(std::move(def_));
+      route_builder<T> next(std::move(def_), std::move(route_learn_));
       next.def_.source = std::make_unique<S>(std::move(src));
       return next;
     }
@@ -282,8 +341,8 @@ class route_builder {
   template <class Reply, class D>
   route_builder<Reply> request(D endpoint) && {
     require_from<D>();
-    append(std::make_unique<request_step<Reply, D>>(std::move(endpoint)));
-    route_builder<Reply> next(std::move(def_));
+    append<Reply>(std::make_unique<request_step<Reply, D>>(std::move(endpoint)));
+    route_builder<Reply> next(std::move(def_), std::move(route_learn_));
     return next;
   }
 
@@ -308,14 +367,16 @@ class route_builder {
   // ---- build ------------------------------------------------------------------------------
   route_definition build() && {
     if constexpr (!has_from) {
-      throw error(errc::missing_from, fmt::format("route \"{}\" has no from(): every route needs a source", def_.id));
+      throw rc::error(errc::missing_from,
+                      fmt::format("route \"{}\" has no from(): every route needs a source", def_.id));
     } else {
       if (!pending_.empty())
-        throw error(errc::invalid_dsl,
-                    fmt::format("{}() has no step after it: a step-scope wrapper wraps the next step, so "
-                                "add the step it should wrap (route \"{}\")",
-                                pending_.front().name, def_.id));
+        throw rc::error(errc::invalid_dsl,
+                        fmt::format("{}() has no step after it: a step-scope wrapper wraps the next step, so "
+                                    "add the step it should wrap (route \"{}\")",
+                                    pending_.front().name, def_.id));
       if (def_.id.empty()) def_.id = exchange().id();
+      for (auto& learn : route_learn_) learn(typeid(Body));
       return std::move(def_);
     }
   }
@@ -328,15 +389,17 @@ class route_builder {
   struct pending_wrapper {
     const char* name;
     std::function<std::unique_ptr<rc::step>(std::unique_ptr<rc::step>)> wrap;
+    learn_fn learn;  // told the wrapped step's body type, when it wants it
   };
 
   route_builder() = default;
-  explicit route_builder(route_definition def) : def_(std::move(def)) {}
+  explicit route_builder(route_definition def, std::vector<learn_fn> route_learn = {})
+      : def_(std::move(def)), route_learn_(std::move(route_learn)) {}
 
   void require_before_from(const char* what) const {
     if constexpr (has_from)
-      throw error(errc::invalid_dsl,
-                  fmt::format("{}() must come before from(): it configures the route, not a step", what));
+      throw rc::error(errc::invalid_dsl,
+                      fmt::format("{}() must come before from(): it configures the route, not a step", what));
   }
 
   template <class Marker>
@@ -347,13 +410,18 @@ class route_builder {
   }
 
   template <class W>
-  void push_pending(const char* name, W wrap) {
-    pending_.push_back({name, std::move(wrap)});
+  void push_pending(const char* name, W wrap, learn_fn learn = {}) {
+    pending_.push_back({name, std::move(wrap), std::move(learn)});
   }
 
-  /// Folds the pending wrappers around `s` (first declared outermost) and appends it.
+  /// Folds the pending wrappers around `s` (first declared outermost) and appends it. `Out` is
+  /// the body type after `s`.
+  template <class Out = Body>
   void append(std::unique_ptr<rc::step> s) {
-    for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) s = it->wrap(std::move(s));
+    for (auto it = pending_.rbegin(); it != pending_.rend(); ++it) {
+      if (it->learn) it->learn(typeid(Out));
+      s = it->wrap(std::move(s));
+    }
     pending_.clear();
     def_.steps.push_back(std::move(s));
   }
@@ -361,8 +429,8 @@ class route_builder {
   template <class Out, class F>
   route_builder<Out> append_transform(F f) && {
     static_assert(!std::is_void_v<Out>, "transform(): the function must return the new body");
-    append(std::make_unique<transform_step<Body, Out, F>>(std::move(f)));
-    route_builder<Out> next(std::move(def_));
+    append<Out>(std::make_unique<transform_step<Body, Out, F>>(std::move(f)));
+    route_builder<Out> next(std::move(def_), std::move(route_learn_));
     return next;
   }
 
@@ -373,6 +441,7 @@ class route_builder {
 
   route_definition def_;
   std::vector<pending_wrapper> pending_;
+  std::vector<learn_fn> route_learn_;  // route-scope wrappers, told the route's final body type at build()
 };
 
 inline route_builder<no_body> craft() { return route_builder<no_body>(); }
