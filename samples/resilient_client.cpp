@@ -8,8 +8,12 @@
 //   concurrency(2)                 at most two calls in flight, the rest queue
 //
 // Whatever order the builder calls come in, the route runs them in that fixed order (see README,
-// "The route-scope chain"). Twelve orders arrive 100 ms apart. The downstream answers in 120 ms,
-// but it fails (503) between 0.4 s and 0.8 s and hangs between 2.0 s and 2.3 s.
+// "The route-scope chain"). Twenty-four orders arrive 100 ms apart. The downstream answers in
+// 120 ms, but it fails (503) between 0.4 s and 0.8 s and hangs between 2.0 s and 2.3 s. What the
+// output shows: three failed orders (each after its retry: an exhausted retry counts once) open
+// the breaker, which refuses the next ones at once until a probe after the cooldown closes it;
+// hung calls are cancelled at their deadline and retried; nothing is lost, every failure ends in
+// the dead-letter route with its error code.
 //
 // Virtual time: instant and exact.
 #include <fmt/ranges.h>
@@ -51,14 +55,14 @@ class flaky_inventory final : public rc::step {
     // The call listens to the exchange's abort signal: a timeout around it cuts it short.
     const auto r = co_await rt.clock().wait_until(rt.now() + takes, &rt.intake(), ex.abort_signal());
     if (r == rc::wait_result::cancelled) {
-      log_->add(order, fmt::format("{:.0f} cancelled", at));
+      log_->add(order, fmt::format("{:.0f}: cancelled", at));
       throw rc::error(rc::errc::connection_failed, "call cancelled");
     }
     if (down) {
-      log_->add(order, fmt::format("{:.0f} 503", at));
+      log_->add(order, fmt::format("{:.0f}: 503", at));
       throw rc::error(rc::errc::step_failed, "inventory: HTTP 503 Service Unavailable");
     }
-    log_->add(order, fmt::format("{:.0f} ok", at));
+    log_->add(order, fmt::format("{:.0f}: ok", at));
     ex.body<std::string>() += " reserved";
     co_return rc::outcome::proceed();
   }
@@ -93,7 +97,7 @@ int main() {
   // The orders: twelve, 100 ms apart, each handed to the client route without waiting for it.
   ctx.add(rc::craft()
               .id("orders")
-              .from(rc::timer({.interval = 100ms, .count = 12, .fixed_rate = true}))
+              .from(rc::timer({.interval = 100ms, .count = 24, .fixed_rate = true}))
               .transform([](rc::tick t) { return fmt::format("order-{:02}", t.counter); })
               .tap(rc::direct<std::string>("client")));
 
@@ -114,23 +118,24 @@ int main() {
     outcome[r.body.substr(0, 8)] = fmt::format("delivered at {:.0f} ms", rc::to_ms(r.at.time_since_epoch()));
   for (const auto& r : parked.received()) {
     const auto* code = r.headers.find("routecraft.error.code");
-    outcome[r.body.substr(0, 8)] = fmt::format("dead letter at {:.0f} ms ({})",
-                                               rc::to_ms(r.at.time_since_epoch()), code ? code->get<std::string>() : "?");
+    outcome[r.body.substr(0, 8)] = fmt::format("dead letter at {:.0f} ms ({})", rc::to_ms(r.at.time_since_epoch()),
+                                               code ? code->get<std::string>() : "?");
   }
 
-  fmt::print("resilient_client: 12 orders 100 ms apart; downstream fails 0.4-0.8 s, hangs 2.0-2.3 s\n\n");
-  fmt::print("  {:<9} {:<34} {}\n", "order", "downstream calls (start ms, result)", "what happened");
+  fmt::print("resilient_client: 24 orders 100 ms apart; downstream fails 0.4-0.8 s, hangs 2.0-2.3 s\n\n");
+  fmt::print("  {:<9} {:<34} {}\n", "order", "downstream calls (start ms: result)", "what happened");
   int calls = 0;
-  for (int n = 1; n <= 12; ++n) {
+  for (int n = 1; n <= 24; ++n) {
     const std::string order = fmt::format("order-{:02}", n);
     const auto& c = log->calls[order];
     calls += static_cast<int>(c.size());
-    fmt::print("  {:<9} {:<34} {}\n", order, c.empty() ? std::string("none (breaker open)") : fmt::format("{}", fmt::join(c, ", ")),
+    fmt::print("  {:<9} {:<34} {}\n", order,
+               c.empty() ? std::string("none (breaker open)") : fmt::format("{}", fmt::join(c, ", ")),
                outcome.count(order) ? outcome[order] : "lost");
   }
   fmt::print("\n  breaker: {}\n", fmt::join(breaker, ", "));
-  const auto lost = 12 - static_cast<int>(delivered.count() + parked.count());
-  fmt::print("\nresult: {} delivered, {} dead letters, {} lost, {} downstream calls\n", delivered.count(), parked.count(),
-             lost, calls);
+  const auto lost = 24 - static_cast<int>(delivered.count() + parked.count());
+  fmt::print("\nresult: {} delivered, {} dead letters, {} lost, {} downstream calls\n", delivered.count(),
+             parked.count(), lost, calls);
   return lost == 0 ? 0 : 1;
 }

@@ -146,7 +146,9 @@ class route_builder {
     static_assert(std::is_invocable_v<H&, const rc::error&, exchange&>,
                   "error(): the handler must take (const rc::error&, rc::exchange&)");
     using R = std::invoke_result_t<H&, const rc::error&, exchange&>;
-    if constexpr (requires { static_cast<bool>(handler); })
+    // A std::function or a function pointer may be empty; a lambda never is (and testing one
+    // through its conversion to a function pointer only draws a warning).
+    if constexpr (std::is_pointer_v<H> || requires { handler.operator bool(); })
       if (!static_cast<bool>(handler)) invalid_option("error", "handler", "a callable", "an empty function");
     error_options o;
     if constexpr (std::is_same_v<std::decay_t<R>, task<recovery>>) {

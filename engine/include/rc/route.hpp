@@ -2,12 +2,14 @@
 //
 // The run list of a route follows one fixed chain, outside in, whatever order the builder calls
 // came in (route_layer):
-//   error( [gate_1 ... gate_n, circuit_breaker( retry( timeout( concurrency_1( ... concurrency_m(
-//       cache( user steps ))))))] )
+//   error( [gate_1 ... gate_n, cache( circuit_breaker( retry( timeout( concurrency_1( ...
+//       concurrency_m( user steps ))))))] )
 // Gates (throttle, slow_down, rate_limit) are flat steps in declaration order, each admitting
 // once; the layers below them are segment wrappers that run the user steps as a nested run (so
 // retry re-runs only what is below it). Among concurrency wrappers the first declared is
-// outermost. The builder says which wrappers exist; the runtime assembles the chain.
+// outermost. The cache checks before the resilience layers and stores after the user steps, so
+// a hit takes no concurrency slot, is never refused by an open breaker and needs no deadline.
+// The builder says which wrappers exist; the runtime assembles the chain.
 //
 // The executor runs one exchange through a list of steps, one at a time. It emits the generic
 // step events for steps that do not own theirs, normalises failures (plain exceptions become
@@ -51,8 +53,8 @@ using segment_factory = std::function<std::unique_ptr<step>(std::unique_ptr<step
 /// The place of a route-scope wrapper in the fixed chain, outermost first. The order is the
 /// resilience convention: a throttled exchange never counts as a breaker failure, an exhausted
 /// retry counts once, every attempt gets its own deadline, no concurrency slot is held during a
-/// retry backoff, and a cache hit bypasses all of them.
-enum class route_layer : std::uint8_t { error, gate, circuit_breaker, retry, timeout, concurrency, cache };
+/// retry backoff, and a cache hit bypasses all of them (breaker, retry, timeout, concurrency).
+enum class route_layer : std::uint8_t { error, gate, cache, circuit_breaker, retry, timeout, concurrency };
 
 /// A route-scope wrapper: built around the part of the chain below its layer.
 struct route_wrapper {

@@ -1,5 +1,6 @@
 // cache: remembers the body the next step produced (step scope) or the route's final body (route
-// scope: the cache sits innermost in the fixed chain, around the user steps) under a key derived
+// scope: the cache sits right below the gates in the fixed chain, around the resilience layers and
+// the user steps, so a hit bypasses them all) under a key derived
 // from the exchange, and on a later hit restores it without running the step.
 //
 // - key(ex) -> string; by default the JSON text of the body (a body without a JSON form fails
