@@ -116,7 +116,7 @@ int main() {
                     : fmt::format("passed (hit {}, {} left)", limit->used, limit->remaining);
     std::string headers;
     if (limit)
-      for (const auto& [name, value] : limit->headers)
+      for (const auto& [name, value] : rc::rate_limit_headers_of(*limit))
         headers += fmt::format("{}{}: {}", headers.empty() ? "" : " | ", name, value);
     fmt::print("{:>3}  {:>5.1f} s  {:>3}  {:>4.1f} s  {:<22}  {:>6.1f} s  {}\n", i + 1, secs(a.arrived),
                slow ? slow->used : 0, slow ? secs(slow->delay) : 0.0, verdict, secs(a.answered), headers);

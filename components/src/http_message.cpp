@@ -10,7 +10,7 @@
 
 #include "http_internal.hpp"
 #include "rc/error.hpp"
-#include "rc/gates/rate_limit_headers.hpp"
+#include "rc/http_rate_limit_headers.hpp"
 
 namespace rc {
 
@@ -204,7 +204,7 @@ void append_json_headers(http_headers& out, const nlohmann::json& list) {
 
 void apply_limit_notes(http_headers& out, const exchange& ex) {
   for (const auto& note : ex.limit_notes())
-    for (const auto& [k, v] : note.headers) merge_header(out, k, v);
+    for (const auto& [k, v] : rate_limit_headers_of(note)) merge_header(out, k, v);
 }
 
 void body_response(exchange& ex, response_parts& r) {

@@ -668,7 +668,7 @@ class connection : public std::enable_shared_from_this<connection> {
     const auto qmark = target.find('?');
     const std::string_view path = target.substr(0, qmark);
     const std::string_view method(req.method_string().data(), req.method_string().size());
-    const bool tracing = bus_.listening(event_id::http_request_completed);
+    const bool tracing = bus_.listening(http_request_completed);
     if (tracing) {
       trace_method_ = std::string(method);
       trace_path_ = std::string(path);
@@ -822,7 +822,7 @@ class connection : public std::enable_shared_from_this<connection> {
   }
 
   void trace(int status) {
-    bus_.emit(event_id::http_request_completed, [&] {
+    bus_.emit(http_request_completed, [&] {
       nlohmann::json j = {
           {"method", trace_method_},
           {"path", trace_path_},

@@ -1,6 +1,10 @@
 #include "rc/events.hpp"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <mutex>
+#include <string>
 
 #include "rc/error.hpp"
 
@@ -15,14 +19,54 @@ constexpr std::string_view names[] = {
 
 using handler_list = std::vector<std::pair<std::uint64_t, std::shared_ptr<event_handler>>>;
 
+// Registered component events. A name is written once, before `count` publishes it, and never
+// changes: readers take `count` (acquire) and read the names below it without a lock.
+struct registry {
+  std::mutex mutex;  // writers
+  std::array<std::string, max_component_events> names;
+  std::atomic<std::size_t> count{0};
+};
+
+registry& registered() {
+  static registry r;
+  return r;
+}
+
 }  // namespace
 
-std::string_view event_name(event_id id) noexcept { return names[static_cast<std::size_t>(id)]; }
+std::string_view event_name(event_id id) noexcept {
+  const auto i = static_cast<std::size_t>(id);
+  if (i < builtin_event_count) return names[i];
+  auto& r = registered();
+  const auto k = i - builtin_event_count;
+  return k < r.count.load(std::memory_order_acquire) ? std::string_view(r.names[k]) : std::string_view();
+}
 
 std::optional<event_id> find_event(std::string_view name) noexcept {
-  for (std::size_t i = 0; i < event_count; ++i)
+  for (std::size_t i = 0; i < builtin_event_count; ++i)
     if (names[i] == name) return static_cast<event_id>(i);
+  auto& r = registered();
+  const std::size_t n = r.count.load(std::memory_order_acquire);
+  for (std::size_t k = 0; k < n; ++k)
+    if (r.names[k] == name) return static_cast<event_id>(builtin_event_count + k);
   return std::nullopt;
+}
+
+event_id register_event(std::string_view name) {
+  if (name.empty() || name.find('*') != std::string_view::npos)
+    throw error(errc::invalid_dsl, "register_event: \"" + std::string(name) + "\" is not an event name");
+  if (auto id = find_event(name)) return *id;
+  auto& r = registered();
+  std::lock_guard lock(r.mutex);
+  const std::size_t n = r.count.load(std::memory_order_relaxed);
+  for (std::size_t k = 0; k < n; ++k)  // registered meanwhile by another thread
+    if (r.names[k] == name) return static_cast<event_id>(builtin_event_count + k);
+  if (n == max_component_events)
+    throw error(errc::invalid_dsl, "register_event: more than " + std::to_string(max_component_events) +
+                                       " component events (\"" + std::string(name) + "\")");
+  r.names[n] = std::string(name);
+  r.count.store(n + 1, std::memory_order_release);
+  return static_cast<event_id>(builtin_event_count + n);
 }
 
 nlohmann::json event::to_json() const {
@@ -38,8 +82,7 @@ struct subscription::state {
   event_bus* bus = nullptr;
 };
 
-subscription::subscription(subscription&& o) noexcept
-    : bus_(std::move(o.bus_)), token_(std::exchange(o.token_, 0)) {
+subscription::subscription(subscription&& o) noexcept : bus_(std::move(o.bus_)), token_(std::exchange(o.token_, 0)) {
   o.bus_.reset();
 }
 
@@ -111,13 +154,12 @@ subscription event_bus::on(std::string_view name, event_handler h) {
   if (name != "*") {
     id = find_event(name);
     if (!id && name.find('*') != std::string_view::npos)
-      throw error(errc::invalid_dsl,
-                  "event name \"" + std::string(name) +
-                      "\" is a pattern; only exact names and \"*\" are supported (identity is in "
-                      "the payload: use for_route() to filter by route)");
+      throw error(errc::invalid_dsl, "event name \"" + std::string(name) +
+                                         "\" is a pattern; only exact names and \"*\" are supported (identity is in "
+                                         "the payload: use for_route() to filter by route)");
     if (!id)
-      throw error(errc::invalid_dsl, "unknown event name \"" + std::string(name) +
-                                         "\"; subscribe to an exact event name or \"*\"");
+      throw error(errc::invalid_dsl,
+                  "unknown event name \"" + std::string(name) + "\"; subscribe to an exact event name or \"*\"");
   }
   return subscription(state_, add(id, std::move(h)));
 }

@@ -1,21 +1,78 @@
 #include "rc/route.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
 #include "rc/context.hpp"
 #include "rc/error.hpp"
 
 namespace rc {
 namespace {
 
-// The segment: runs the user steps as a nested run (segment wrappers such as retry wrap it).
+// A segment: runs a list of steps as a nested run (the segment wrappers, such as retry, wrap it).
 class segment_step final : public step {
  public:
-  explicit segment_step(std::vector<std::unique_ptr<step>>& steps) : steps_(steps) {}
+  explicit segment_step(std::vector<std::unique_ptr<step>> steps) : steps_(std::move(steps)) {}
   std::string_view operation() const override { return "route"; }
   bool owns_events() const noexcept override { return true; }
   task<outcome> run(exchange& ex, route_runtime& rt) override { return rt.run_steps(steps_, ex); }
+  std::vector<std::unique_ptr<step>>& steps() noexcept { return steps_; }
 
  private:
-  std::vector<std::unique_ptr<step>>& steps_;
+  std::vector<std::unique_ptr<step>> steps_;
+};
+
+// Names every wrapper of the route "<kind>#<n>", in chain order: the route-scope wrappers in
+// their fixed order (gates in declaration order), then the user steps' wrappers, each step's
+// nested outermost first.
+class gate_namer {
+ public:
+  void name(step* s) {
+    while (s != nullptr) {
+      if (auto* w = dynamic_cast<wrapper*>(s)) {
+        const std::string_view kind = w->wrapper_kind();
+        w->set_gate_id(fmt::format("{}#{}", kind, ++counts_[std::string(kind)]));
+        s = w->inner();
+      } else {
+        if (auto* seg = dynamic_cast<segment_step*>(s))
+          for (auto& u : seg->steps()) name(u.get());
+        return;
+      }
+    }
+  }
+
+ private:
+  std::map<std::string, int> counts_;
+};
+
+task<outcome> failed_now(std::exception_ptr e) { co_return outcome::failed(std::move(e)); }
+
+// Awaits one asynchronous step of the loop; whatever it throws becomes a failed outcome (not yet
+// normalised: after_step does that). Holds only the step's task, as a plain co_await would.
+class step_awaiter {
+ public:
+  step_awaiter(step& s, exchange& ex, route_runtime& rt) : running_(start(s, ex, rt)) {}
+  bool await_ready() const noexcept { return false; }
+  std::coroutine_handle<> await_suspend(std::coroutine_handle<> h) noexcept { return running_.await_suspend(h); }
+  outcome await_resume() noexcept {
+    try {
+      return running_.await_resume();
+    } catch (...) {
+      return outcome::failed(std::current_exception());
+    }
+  }
+
+ private:
+  static task<outcome> start(step& s, exchange& ex, route_runtime& rt) {
+    try {
+      return s.run(ex, rt);
+    } catch (...) {
+      return failed_now(std::current_exception());
+    }
+  }
+  task<outcome> running_;
 };
 
 nlohmann::json error_json(const std::exception_ptr& e) {
@@ -33,21 +90,45 @@ nlohmann::json x_fields(const route_runtime& rt, const exchange& ex) {
 
 route_runtime::route_runtime(context& ctx, route_definition def)
     : ctx_(ctx), clock_(ctx.clock()), bus_(ctx.events()), def_(std::move(def)), intake_(ctx.clock()) {
-  for (auto& g : def_.gates) run_list_.push_back(std::move(g));
-  def_.gates.clear();
-  if (def_.segments.empty()) {
-    for (auto& s : def_.steps) run_list_.push_back(std::move(s));
-    def_.steps.clear();
-  } else {
-    std::unique_ptr<step> tail = std::make_unique<segment_step>(def_.steps);
-    for (auto it = def_.segments.rbegin(); it != def_.segments.rend(); ++it) tail = (*it)(std::move(tail));
-    run_list_.push_back(std::move(tail));
-  }
+  assemble_chain();
   for (const auto& s : run_list_) all_sync_ = all_sync_ && s->synchronous();
+  gate_namer namer;
+  for (const auto& s : run_list_) namer.name(s.get());
 }
 
 route_runtime::~route_runtime() = default;
 
+void route_runtime::assemble_chain() {
+  // Stable: wrappers of one layer keep their declaration order (concurrency: first outermost).
+  auto& wrappers = def_.wrappers;
+  std::stable_sort(wrappers.begin(), wrappers.end(),
+                   [](const route_wrapper& a, const route_wrapper& b) { return a.layer < b.layer; });
+  const auto below_gates = std::find_if(wrappers.begin(), wrappers.end(),
+                                        [](const route_wrapper& w) { return w.layer > route_layer::gate; });
+
+  // The part below the gates: the user steps, flat when nothing wraps them.
+  std::vector<std::unique_ptr<step>> chain;
+  for (auto& g : def_.gates) chain.push_back(std::move(g));
+  def_.gates.clear();
+  if (below_gates == wrappers.end()) {
+    for (auto& s : def_.steps) chain.push_back(std::move(s));
+  } else {
+    std::unique_ptr<step> tail = std::make_unique<segment_step>(std::move(def_.steps));
+    for (auto it = wrappers.end(); it != below_gates;) tail = (--it)->wrap(std::move(tail));
+    chain.push_back(std::move(tail));
+  }
+  def_.steps.clear();
+
+  // Above the gates: the error handler(s) wrap the whole run.
+  if (below_gates == wrappers.begin()) {
+    run_list_ = std::move(chain);
+  } else {
+    std::unique_ptr<step> whole = std::make_unique<segment_step>(std::move(chain));
+    for (auto it = below_gates; it != wrappers.begin();) whole = (--it)->wrap(std::move(whole));
+    run_list_.push_back(std::move(whole));
+  }
+  wrappers.clear();
+}
 
 bool route_runtime::before_step(step& s, exchange& ex, time_point& started) {
   ex.set_operation(s.label());
@@ -79,8 +160,8 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
     o.error = normalise(o.error);
     o.reported = true;
     bus.emit(event_id::step_error, [&] {
-      return nlohmann::json{{"routeId", id()}, {"error", error_json(o.error)}, {"operation", s.label()},
-                            {"exchange", ex.to_json()}};
+      return nlohmann::json{
+          {"routeId", id()}, {"error", error_json(o.error)}, {"operation", s.label()}, {"exchange", ex.to_json()}};
     });
     return;
   }
@@ -94,38 +175,52 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
     });
 }
 
-// spawn_run() repeats this loop in its own frame: keep the two in step.
-task<outcome> route_runtime::run_steps(std::span<const std::unique_ptr<step>> steps, exchange& ex) {
-  for (const auto& s : steps) {
-    time_point started{};
-    const bool events_on = before_step(*s, ex, started);
-    // (no co_await inside ?: — GCC 12 miscompiles temporaries there)
-    outcome o;
-    if (s->synchronous()) {
-      o = run_now_guarded(*s, ex, *this);
-    } else {
-      // run_guarded inlined: one coroutine frame less per waiting exchange.
-      try {
-        o = co_await s->run(ex, *this);
-      } catch (...) {
-        o = outcome::failed(std::current_exception());
-      }
-    }
-    after_step(*s, ex, o, events_on, started);
-    if (!o.ok()) co_return o;
+// The executor's one step loop. Runs steps from the cursor while they complete synchronously;
+// returns true when the list is done (`o` says how: the first failure or drop ends it), or false
+// at an asynchronous step, which the caller awaits (step_awaiter) into `o` and hands back by
+// calling advance again. run_steps, run_steps_now and spawn_run all drive this one loop, so a
+// parked exchange costs its caller's frame only (no frame for the loop itself), and the caller
+// owns the outcome (run_steps_now returns it without a copy).
+[[gnu::always_inline]] inline bool route_runtime::advance(std::span<const std::unique_ptr<step>> steps, step_cursor& c,
+                                                          exchange& ex, outcome& o) {
+  if (c.pending) {
+    c.pending = false;
+    after_step(*steps[c.next], ex, o, c.events_on, c.started);
+    if (!o.ok()) return true;
+    ++c.next;
   }
-  co_return outcome::proceed();
+  for (; c.next < steps.size(); ++c.next) {
+    step& s = *steps[c.next];
+    c.started = {};
+    c.events_on = before_step(s, ex, c.started);
+    if (!s.synchronous()) {
+      c.pending = true;
+      return false;
+    }
+    // A local, moved out only when it ends the run: the synchronous fast path (rc-bench
+    // plain_seq) pays no outcome assignment per step.
+    outcome r = run_now_guarded(s, ex, *this);
+    after_step(s, ex, r, c.events_on, c.started);
+    if (!r.ok()) {
+      o = std::move(r);
+      return true;
+    }
+  }
+  return true;  // o is proceed, or the last awaited step's ok outcome
+}
+
+task<outcome> route_runtime::run_steps(std::span<const std::unique_ptr<step>> steps, exchange& ex) {
+  outcome o;
+  step_cursor c;
+  while (!advance(steps, c, ex, o)) o = co_await step_awaiter(*steps[c.next], ex, *this);
+  co_return o;
 }
 
 outcome route_runtime::run_steps_now(std::span<const std::unique_ptr<step>> steps, exchange& ex) {
-  for (const auto& s : steps) {
-    time_point started{};
-    const bool events_on = before_step(*s, ex, started);
-    outcome o = run_now_guarded(*s, ex, *this);
-    after_step(*s, ex, o, events_on, started);
-    if (!o.ok()) return o;
-  }
-  return outcome::proceed();
+  outcome o;
+  step_cursor c;
+  advance(steps, c, ex, o);  // every step is synchronous: never stops at an await
+  return o;
 }
 
 void route_runtime::begin_run(exchange& ex, time_point& started) {
@@ -207,23 +302,11 @@ detail::detached route_runtime::spawn_run(exchange ex) {
   detail::frame_set::member tracked(frames_, co_await detail::this_frame{});
   time_point started{};
   begin_run(ex, started);
-  // run_steps' loop, inlined: awaiting run_steps would add a frame to every parked exchange.
+  // The loop driven here, not through run_steps: awaiting run_steps would add a frame to every
+  // parked exchange.
   outcome o;
-  for (const auto& s : run_list_) {
-    time_point step_started{};
-    const bool events_on = before_step(*s, ex, step_started);
-    if (s->synchronous()) {
-      o = run_now_guarded(*s, ex, *this);
-    } else {
-      try {
-        o = co_await s->run(ex, *this);
-      } catch (...) {
-        o = outcome::failed(std::current_exception());
-      }
-    }
-    after_step(*s, ex, o, events_on, step_started);
-    if (!o.ok()) break;
-  }
+  step_cursor c;
+  while (!advance(run_list_, c, ex, o)) o = co_await step_awaiter(*run_list_[c.next], ex, *this);
   end_run(ex, o, started);
 }
 

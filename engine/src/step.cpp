@@ -31,6 +31,7 @@ nlohmann::json wrapper::identity(const exchange& ex, const route_runtime& rt, st
                       {"correlationId", ex.correlation_id()},
                       {"stepLabel", scope_ == rc::scope::route ? std::string("route") : std::string(this->label())},
                       {"scope", to_string(scope_)}};
+  if (!gate_id_.empty()) j["gateId"] = gate_id_;
   if (!label.empty()) j["label"] = label;
   return j;
 }

@@ -1,5 +1,6 @@
 // The fluent builder (reference §1, §2, issue 2 item 2): stacking order, build-time errors,
 // the body type flowing through the steps, and every step kind.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <rc/rc.hpp>
 #include <stdexcept>
@@ -152,6 +153,43 @@ TEST_CASE("a step throttle covers only the next step: its events name that step"
   REQUIRE(events.count("route:throttle:passed") == 1);
   CHECK(events.all()[0].details["stepLabel"] == "transform");
   CHECK(out.bodies() == std::vector<int>{2});
+}
+
+TEST_CASE("every wrapper event carries a gateId telling two wrappers of one kind apart") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  event_recorder events(ctx);
+  // Declaration order: route scope first, then the steps, outermost wrapper first.
+  ctx.add(rc::craft()
+              .id("ids")
+              .throttle({.rate = 100, .label = "outer"})
+              .retry({.max_attempts = 2, .backoff = 0ms})
+              .from(rc::simple(1))
+              .throttle({.rate = 50})
+              .delay(0ms)
+              .transform([](int v) { return v + 1; })
+              .throttle({.rate = 10})
+              .retry({.max_attempts = 3})
+              .to(out));
+  ctx.start();
+  ctx.drain();
+  REQUIRE(out.bodies() == std::vector<int>{2});
+  std::vector<std::pair<std::string, std::string>> seen;  // (event, gateId), first of each gate
+  for (const auto& e : events.all()) {
+    if (!e.details.contains("gateId")) continue;
+    const auto id = e.details["gateId"].get<std::string>();
+    if (std::none_of(seen.begin(), seen.end(), [&](const auto& p) { return p.second == id; }))
+      seen.emplace_back(std::string(e.name), id);
+  }
+  CHECK(seen == std::vector<std::pair<std::string, std::string>>{{"route:throttle:passed", "throttle#1"},
+                                                                 {"route:retry:started", "retry#1"},
+                                                                 {"route:throttle:passed", "throttle#2"},
+                                                                 {"route:delay:started", "delay#1"},
+                                                                 {"route:throttle:passed", "throttle#3"},
+                                                                 {"route:retry:started", "retry#2"}});
+  // Label and gateId sit side by side; the id is there without a label too.
+  for (const auto& e : events.all())
+    if (e.details.value("gateId", "") == "throttle#1") CHECK(e.details["label"] == "outer");
 }
 
 // ---- build-time errors ---------------------------------------------------------------------

@@ -44,11 +44,8 @@ std::vector<int> passed_ids(const traffic_log& log) {
   return ids;
 }
 
-header_list headers_in(const nlohmann::json& details) {
-  header_list out;
-  for (const auto& h : details["headers"]) out.emplace_back(h[0].get<std::string>(), h[1].get<std::string>());
-  return out;
-}
+// The headers the HTTP source writes for a gate's note.
+header_list headers_in(const rc::limit_note& note) { return rc::rate_limit_headers_of(note); }
 
 }  // namespace
 
@@ -130,7 +127,7 @@ std::vector<row> table(const traffic_log& log) {
     const auto* slow = resp.note("slowDown");
     const auto* limit = resp.note("rateLimit");
     std::string reset;
-    for (const auto& [name, value] : limit->headers)
+    for (const auto& [name, value] : headers_in(*limit))
       if (name == "RateLimit-Reset") reset = value;
     rows.push_back({rc::test::seconds(resp.arrived), rc::test::seconds(slow->delay), rc::test::seconds(resp.answered),
                     slow->used, limit->used, resp.passed(), reset});
@@ -179,7 +176,7 @@ TEST_CASE("the stacked brief: request 7 arrives within the limit and is refused 
   REQUIRE(refused.refused());
   CHECK(refused.failure->details()["message"] == "Too many requests");
   CHECK(refused.failure->details()["retry_after"] == 14);
-  CHECK(headers_in(refused.failure->details()) == header_list{{"RateLimit-Policy", "7;w=30"},
+  CHECK(headers_in(*refused.note("rateLimit")) == header_list{{"RateLimit-Policy", "7;w=30"},
                                                               {"RateLimit-Limit", "7"},
                                                               {"RateLimit-Remaining", "0"},
                                                               {"RateLimit-Reset", "14"},
@@ -252,11 +249,11 @@ struct header_run {
                    .policy = std::move(policy)});
     REQUIRE(r.log[2].passed());
     REQUIRE(r.log[3].refused());
-    // The refusal carries the same headers on its note and in its RC5013 details.
-    CHECK(headers_in(r.log[3].failure->details()) == r.log[3].note("rateLimit")->headers);
+    // Headers are the transport's: rendered from the note, never in the engine's RC5013 details.
+    CHECK_FALSE(r.log[3].failure->details().contains("headers"));
   }
-  const header_list& passed() const { return r.log[2].note("rateLimit")->headers; }
-  const header_list& refused() const { return r.log[3].note("rateLimit")->headers; }
+  header_list passed() const { return headers_in(*r.log[2].note("rateLimit")); }
+  header_list refused() const { return headers_in(*r.log[3].note("rateLimit")); }
 };
 
 }  // namespace
@@ -339,7 +336,7 @@ TEST_CASE("no header mode writes no headers but every counted exchange still car
   CHECK(d["reset"] == 18);
   CHECK(d["reset_ms"] == 17500.0);
   CHECK(d["retry_after"] == 18);
-  CHECK(d["headers"].empty());
+  CHECK_FALSE(d.contains("headers"));
 }
 
 TEST_CASE("a sliding limiter's Retry-After says when a retry passes, after its reset") {
@@ -600,12 +597,24 @@ TEST_CASE("limit 0 refuses everything and says when the window resets") {
   CHECK(r.log[1].failure->details()["retry_after"] == 30);
 }
 
-TEST_CASE("a rate_limit key selector that throws fails that exchange with RC5003") {
+TEST_CASE(
+    "a rate_limit key selector that throws fails that exchange with RC5001 (retryable), and an rc::error it throws "
+    "passes unchanged") {
   limit_run r;
   r.run(burst(1), {.key = [](const rc::exchange&) -> std::string { throw std::runtime_error("no client"); }});
   REQUIRE(r.log[1].failure);
-  CHECK(r.log[1].failure->code() == rc::errc::misconfigured);
+  CHECK(r.log[1].failure->code() == rc::errc::step_failed);
+  CHECK(r.log[1].failure->retryable());
   CHECK_THAT(r.log[1].failure->message(), Catch::Contains("rate_limit({ key })"));
+
+  limit_run own;
+  own.run(burst(1), {.key = [](const rc::exchange&) -> std::string {
+            throw rc::error(rc::errc::validation, "tenant header malformed", false);
+          }});
+  REQUIRE(own.log[1].failure);
+  CHECK(own.log[1].failure->code() == rc::errc::validation);
+  CHECK(own.log[1].failure->message() == "tenant header malformed");
+  CHECK(own.out.count() == 0);
 }
 
 // ---- validation -------------------------------------------------------------------------------
@@ -712,7 +721,7 @@ TEST_CASE("a refusal's message and details are built on first read, the same for
   CHECK(d["key"] == "a");
   CHECK(d["label"] == "per-client");
   CHECK(d["used"] == 3);
-  CHECK(headers_in(d) == r.log[3].note("rateLimit")->headers);  // legacy ones too, from the same clock
+  CHECK_FALSE(d.contains("headers"));  // the transport renders them from the note
   for (const char* field : {"status", "message", "retry_after_ms", "headers", "policy", "missing"}) {
     CAPTURE(field);
     const auto it = d.find(field);
@@ -740,7 +749,11 @@ TEST_CASE("the slow-down and rate-limit stack reads as users write it, with desi
               .from(rc::simple(std::vector<int>{1, 2, 3}))
               .slow_down({.window = 10s,
                           .delay_after = 3,
-                          .delay = [](std::uint64_t hits) { auto n = hits - 3; return n * n * 1s; },
+                          .delay =
+                              [](std::uint64_t hits) {
+                                auto n = hits - 3;
+                                return n * n * 1s;
+                              },
                           .max_delay = 20s,
                           .key = rc::by_header("x-client")})
               .rate_limit({.limit = 7,

@@ -285,13 +285,14 @@ TEST_CASE("step-scope slow_down under retry counts every attempt") {
   CHECK(served_seconds(out, 1) == std::vector<double>{5});  // the second attempt was hit 2
 }
 
-TEST_CASE("a slow_down key selector that throws fails that exchange with RC5003") {
+TEST_CASE("a slow_down key selector that throws fails that exchange with RC5001 (retryable)") {
   slow_down_run r;
   auto options = brief();
   options.key = [](const rc::exchange&) -> std::string { throw std::runtime_error("no client"); };
   r.run(burst(1), std::move(options));
   REQUIRE(r.log[1].failure);
-  CHECK(r.log[1].failure->code() == rc::errc::misconfigured);
+  CHECK(r.log[1].failure->code() == rc::errc::step_failed);
+  CHECK(r.log[1].failure->retryable());
   CHECK_THAT(r.log[1].failure->message(), Catch::Contains("slow_down({ key })") && Catch::Contains("no client"));
   CHECK(r.out.count() == 0);
 }

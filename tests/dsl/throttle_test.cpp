@@ -524,7 +524,7 @@ TEST_CASE("a step retry declared before a step throttle re-enters the throttle o
 
 // ---- key selector, labels and event fields ---------------------------------------------------
 
-TEST_CASE("a throwing key selector fails only that exchange, with RC5003 naming key") {
+TEST_CASE("a throwing key selector fails only that exchange, with RC5001 (retryable) naming key") {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   event_recorder events(ctx);
@@ -542,7 +542,8 @@ TEST_CASE("a throwing key selector fails only that exchange, with RC5003 naming 
   CHECK(out.bodies() == std::vector<int>{0, 2});
   const auto failed = events.named("route:exchange:failed");
   REQUIRE(failed.size() == 1);
-  CHECK(error_code(failed[0]) == "RC5003");
+  CHECK(error_code(failed[0]) == "RC5001");
+  CHECK(failed[0].details["error"]["retryable"] == true);
   const auto message = failed[0].details["error"]["message"].get<std::string>();
   CHECK(message.find("throttle({ key })") != std::string::npos);
   CHECK(message.find("no tenant header") != std::string::npos);

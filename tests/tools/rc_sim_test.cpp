@@ -123,7 +123,8 @@ TEST_CASE("a malformed scenario is refused before the engine sees it, with the J
             .starts_with("gates[0].headers[1]: must be"));
   CHECK(refusal(gates(R"({"gate": "rate_limit", "key": "x-tenant"})"))
             .starts_with(R"(gates[0].key: no traffic entry sends header "x-tenant")"));
-  CHECK(refusal(gates(R"({"gate": "retry"}, {"gate": "retry"})")).starts_with("gates[1]: a second step-scope retry"));
+  CHECK(refusal(gates(R"({"gate": "retry", "scope": "route"}, {"gate": "retry", "scope": "route"})"))
+            .starts_with("gates[1]: a second route-scope retry"));
   CHECK(
       refusal(gates(R"({"gate": "throttle", "rate": 1, "label": "x"}, {"gate": "throttle", "rate": 2, "label": "x"})"))
           .starts_with(R"(gates[1].label: "x" names another gate too)"));
@@ -237,6 +238,36 @@ TEST_CASE("two throttles without labels are told apart by where they stand in th
   CHECK(ms(q.passes[0].wait) == 500);
   CHECK(q.outcome == request_outcome::served);
   CHECK(ms(q.ended) == 1000);
+}
+
+TEST_CASE("two throttles and two retries in one scope are told apart by their gateId") {
+  // Listed first is outermost: retry#1 ( throttle#1 ( retry#2 ( throttle#2 ( service )))).
+  const auto s = parse(R"({"gates": [
+      {"gate": "retry", "max_attempts": 2, "backoff_ms": 0},
+      {"gate": "throttle", "rate": 2, "burst": 1},
+      {"gate": "retry", "max_attempts": 3, "backoff_ms": 100},
+      {"gate": "throttle", "rate": 1, "burst": 1, "mode": "reject"}],
+    "traffic": [{"at_ms": 0, "count": 2, "key": "a"}]})");
+  const auto r = rc::sim::run_scenario(s);
+  // The second request waits 500 ms in the outer throttle; the inner throttle refuses it once
+  // (its token comes back at 1 s, 500 ms later: the inner retry waits that long), then admits it.
+  // The outer retry sees one success: its one pass.
+  const auto& q = r.requests[1];
+  std::vector<std::pair<std::uint16_t, gate_outcome>> seen;
+  for (const auto& p : q.passes)
+    if (p.gate != rc::sim::service_gate) seen.emplace_back(p.gate, p.outcome);
+  CHECK(seen == std::vector<std::pair<std::uint16_t, gate_outcome>>{{0, gate_outcome::passed},
+                                                                    {1, gate_outcome::delayed},
+                                                                    {2, gate_outcome::retried},
+                                                                    {3, gate_outcome::rejected},
+                                                                    {3, gate_outcome::passed}});
+  CHECK(q.passes[2].hit == 2);  // the inner retry's attempts
+  CHECK(ms(q.passes[1].wait) == 500);
+  CHECK(q.outcome == request_outcome::served);
+  CHECK(ms(q.ended) == 1000);
+  // The first request passes everything at once.
+  CHECK(r.requests[0].outcome == request_outcome::served);
+  CHECK(ms(r.requests[0].ended) == 0);
 }
 
 TEST_CASE("a retry sees the downstream fail and succeed, and its backoff is a wait") {

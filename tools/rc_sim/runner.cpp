@@ -8,6 +8,7 @@
 #include <memory>
 #include <queue>
 #include <random>
+#include <rc/http_rate_limit_headers.hpp>
 #include <rc/rc.hpp>
 #include <regex>
 #include <set>
@@ -81,6 +82,23 @@ std::vector<std::uint16_t> chain_of(const scenario& s) {
 }
 
 /// RC5003 "<op>({ <option> }) must be <rule>, got <value>." becomes
+/// The kind a gate's events and gateId name it by.
+std::string_view event_kind(gate_kind k) noexcept {
+  switch (k) {
+    case gate_kind::throttle:
+      return "throttle";
+    case gate_kind::slow_down:
+      return "slowDown";
+    case gate_kind::rate_limit:
+      return "rateLimit";
+    case gate_kind::retry:
+      return "retry";
+    case gate_kind::delay:
+      return "delay";
+  }
+  return "wrapper";
+}
+
 /// "gates[i].<json option>: must be <rule>, got <value>".
 scenario_error at_path(const gate_spec& g, const rc::error& e) {
   static const std::regex shape(R"(^\w+\(\{ (\w+) \}\) ([\s\S]*?)\.?$)");
@@ -121,19 +139,30 @@ void add_gate(Builder& b, const gate_spec& g, std::uint64_t seed, std::size_t in
 }
 
 void check_retries(const scenario& s) {
-  // Retry events carry no label: rc-sim tells retries apart by scope, so one per scope.
-  const gate_spec* seen[2] = {nullptr, nullptr};
+  // A route has one retry segment: the DSL would replace the first route-scope retry.
+  const gate_spec* first = nullptr;
   for (const auto& g : s.gates) {
-    if (g.kind != gate_kind::retry) continue;
-    auto& first = seen[g.scope == rc::scope::route ? 0 : 1];
+    if (g.kind != gate_kind::retry || g.scope != rc::scope::route) continue;
     if (first)
-      throw scenario_error(g.path,
-                           fmt::format("a second {}-scope retry (after {}): {}", to_string(g.scope), first->path,
-                                       g.scope == rc::scope::route
-                                           ? "a route has one retry segment; the second would replace the first"
-                                           : "rc-sim tells retries apart by scope, so use at most one per scope"));
+      throw scenario_error(g.path, fmt::format("a second route-scope retry (after {}): a route has one retry "
+                                               "segment; the second would replace the first",
+                                               first->path));
     first = &g;
   }
+}
+
+/// The gateId the route gives each scenario gate: "<kind>#<n>", the n-th of its kind in the order
+/// build_route declares them (route scope in list order, then step scope in list order).
+std::map<std::string, std::uint16_t> gate_ids_of(const scenario& s) {
+  std::map<std::string, std::uint16_t> ids;
+  std::map<std::string_view, int> counts;
+  for (const rc::scope sc : {rc::scope::route, rc::scope::step})
+    for (std::size_t i = 0; i < s.gates.size(); ++i) {
+      if (s.gates[i].scope != sc) continue;
+      const std::string_view kind = event_kind(s.gates[i].kind);
+      ids.emplace(fmt::format("{}#{}", kind, ++counts[kind]), std::uint16_t(i));
+    }
+  return ids;
 }
 
 template <class Source>
@@ -156,7 +185,6 @@ route_definition build_route(const scenario& s, Source source, std::unique_ptr<r
 // Recording: what the events, the notes and the final error say about each request.
 
 struct live_state {
-  int cursor = -1;  // chain position of the gate the request last entered
   bool open = false;
   std::uint16_t open_gate = 0;
   std::uint32_t open_pass = 0;
@@ -167,7 +195,7 @@ struct live_state {
 class recorder {
  public:
   recorder(const scenario& s, run_report& rep)
-      : s_(s), rep_(rep), position_(s.gates.size(), -1), entry_key_(s.traffic.size(), unset) {
+      : s_(s), rep_(rep), ids_(gate_ids_of(s)), position_(s.gates.size(), -1), entry_key_(s.traffic.size(), unset) {
     rep_.chain = chain_of(s);
     rep_.requests.resize(s.request_count());
     live_.resize(s.request_count());
@@ -200,52 +228,40 @@ class recorder {
     if (std::from_chars(text.data(), text.data() + text.size(), id).ec != std::errc() || id == 0 ||
         id > rep_.requests.size())
       return;
+    // Which gate: its gateId, which the route gave it in declaration order (gate_ids_of).
+    const auto gid = d.find("gateId");
+    if (gid == d.end() || !gid->is_string()) return;
+    const auto g_it = ids_.find(gid->get_ref<const std::string&>());
+    if (g_it == ids_.end()) return;
+    const std::uint16_t g = g_it->second;
     auto& r = req(id);
     auto& l = live_[id - 1];
-    const auto scope_it = d.find("scope");
-    const rc::scope sc =
-        scope_it != d.end() && scope_it->is_string() && scope_it->get_ref<const std::string&>() == "route"
-            ? rc::scope::route
-            : rc::scope::step;
     const auto hits = [&] { return d.value("hits", std::uint64_t{0}); };
 
     switch (e.id) {
       case event_id::throttle_delayed:
-        open(r, l, begin(r, l, gate_kind::throttle, sc, e.at, gate_outcome::delayed), e.at);
+      case event_id::slow_down_delayed:
+        open(r, l, begin(r, l, g, e.at, gate_outcome::delayed, hits()), e.at);
         break;
       case event_id::throttle_passed:
-        if (d.value("waited", false))
-          close(r, l, e.at);
-        else
-          begin(r, l, gate_kind::throttle, sc, e.at, gate_outcome::passed);
-        break;
-      case event_id::throttle_rejected:
-        begin(r, l, gate_kind::throttle, sc, e.at, gate_outcome::rejected);
-        break;
-
-      case event_id::slow_down_delayed:
-        open(r, l, begin(r, l, gate_kind::slow_down, sc, e.at, gate_outcome::delayed, hits()), e.at);
-        break;
       case event_id::slow_down_passed:
         if (d.value("waited", false))
           close(r, l, e.at);
         else
-          begin(r, l, gate_kind::slow_down, sc, e.at, gate_outcome::passed, hits());
+          begin(r, l, g, e.at, gate_outcome::passed, hits());
         break;
+      case event_id::throttle_rejected:
       case event_id::slow_down_rejected:
-        begin(r, l, gate_kind::slow_down, sc, e.at, gate_outcome::rejected, hits());
-        break;
-
-      case event_id::rate_limit_passed:
-        begin(r, l, gate_kind::rate_limit, sc, e.at, gate_outcome::passed, hits());
-        break;
       case event_id::rate_limit_rejected:
-        begin(r, l, gate_kind::rate_limit, sc, e.at, gate_outcome::rejected, hits());
+        begin(r, l, g, e.at, gate_outcome::rejected, hits());
+        break;
+      case event_id::rate_limit_passed:
+        begin(r, l, g, e.at, gate_outcome::passed, hits());
         break;
 
       case event_id::delay_started: {
         const bool waits = d.value("delayMs", 0.0) > 0;
-        const auto p = begin(r, l, gate_kind::delay, sc, e.at, waits ? gate_outcome::delayed : gate_outcome::passed);
+        const auto p = begin(r, l, g, e.at, waits ? gate_outcome::delayed : gate_outcome::passed);
         if (waits) open(r, l, p, e.at);
         break;
       }
@@ -254,30 +270,28 @@ class recorder {
         break;
 
       case event_id::retry_started:
-        begin(r, l, gate_kind::retry, sc, e.at, gate_outcome::passed, 1);
+        begin(r, l, g, e.at, gate_outcome::passed, 1);
         break;
       case event_id::retry_attempt: {
         close(r, l, e.at);
-        const auto p = last_pass_of(r, retry_gate(sc));
+        const auto p = last_pass_of(r, g);
         if (!p) break;
         r.passes[*p].hit = d.value("attemptNumber", std::uint64_t{1}) + 1;
         r.passes[*p].outcome = gate_outcome::retried;
-        l.cursor = position_[retry_gate(sc)];  // the next attempt meets the gates inside again
         open(r, l, *p, e.at);
         break;
       }
       case event_id::retry_stopped: {
         close(r, l, e.at);
-        const auto p = last_pass_of(r, retry_gate(sc));
+        const auto p = last_pass_of(r, g);
         if (!p) break;
         auto& pass = r.passes[*p];
         pass.hit = d.value("attemptNumber", std::uint64_t{1});
-        const auto& o = std::get<retry_options>(s_.gates[retry_gate(sc)].options);
+        const auto& o = std::get<retry_options>(s_.gates[g].options);
         if (d.value("success", false))
           pass.outcome = pass.hit > 1 ? gate_outcome::retried : gate_outcome::passed;
         else
           pass.outcome = pass.hit >= std::uint64_t(o.max_attempts) ? gate_outcome::exhausted : gate_outcome::stopped;
-        l.cursor = position_[retry_gate(sc)];
         break;
       }
       default:
@@ -348,35 +362,17 @@ class recorder {
   request_result& req(std::uint32_t id) { return rep_.requests[id - 1]; }
   const request_result& req(std::uint32_t id) const { return rep_.requests[id - 1]; }
 
-  std::uint16_t retry_gate(rc::scope sc) const {
-    for (auto g : rep_.chain)
-      if (s_.gates[g].kind == gate_kind::retry && s_.gates[g].scope == sc) return g;
-    return 0;
-  }
-
   static std::optional<std::uint32_t> last_pass_of(const request_result& r, std::uint16_t gate) {
     for (std::size_t i = r.passes.size(); i-- > 0;)
       if (r.passes[i].gate == gate) return std::uint32_t(i);
     return std::nullopt;
   }
 
-  /// A request enters the next gate of this kind and scope after the last one it entered: gates
-  /// of one kind are told apart by where they stand in the chain, since events arrive in order.
-  std::uint32_t begin(request_result& r, live_state& l, gate_kind kind, rc::scope sc, time_point at, gate_outcome o,
+  /// A request enters gate `g` (a scenario gate index).
+  std::uint32_t begin(request_result& r, live_state& l, std::uint16_t g, time_point at, gate_outcome o,
                       std::uint64_t hit = 0) {
     close(r, l, at);
-    int found = -1;
-    for (int pass = 0; pass < 2 && found < 0; ++pass)
-      for (int p = pass == 0 ? l.cursor + 1 : 0; p < int(rep_.chain.size()); ++p) {
-        const auto& g = s_.gates[rep_.chain[p]];
-        if (g.kind == kind && g.scope == sc) {
-          found = p;
-          break;
-        }
-      }
-    if (found < 0) found = 0;  // cannot happen: every event comes from a gate of the chain
-    l.cursor = found;
-    r.passes.push_back({rep_.chain.empty() ? std::uint16_t(0) : rep_.chain[found], o, hit, at, {}});
+    r.passes.push_back({g, o, hit, at, {}});
     return std::uint32_t(r.passes.size() - 1);
   }
 
@@ -420,7 +416,7 @@ class recorder {
     for (const auto& [gate, note] : last) {
       const auto* rl = std::get_if<rate_limit_options>(&s_.gates[gate].options);
       const bool appends = rl && includes(rl->headers, rate_limit_headers::draft_8);
-      for (const auto& [name, value] : note->headers) {
+      for (const auto& [name, value] : rate_limit_headers_of(*note)) {
         auto it = std::find_if(r.headers.begin(), r.headers.end(), [&](const auto& h) { return h.first == name; });
         if (it == r.headers.end())
           r.headers.emplace_back(name, value);
@@ -445,7 +441,8 @@ class recorder {
   run_report& rep_;
   static constexpr std::uint32_t unset = 0xffffffffU;
   std::vector<live_state> live_;
-  std::vector<int> position_;  // chain position of each gate
+  std::map<std::string, std::uint16_t> ids_;  // gateId -> scenario gate index
+  std::vector<int> position_;                 // chain position of each gate
   std::map<std::string, std::uint32_t> key_index_;
   std::vector<std::uint32_t> entry_key_;  // key index of each traffic entry, once it arrived
   std::set<std::tuple<std::uint16_t, std::uint32_t, std::int64_t>> windows_seen_;

@@ -10,7 +10,9 @@
 //
 // What each gate did is read from the event bus (route:throttle:*, route:slowDown:*,
 // route:rateLimit:*, route:retry:*, route:delay:*), the exchange's limit_notes() and the final
-// error's details(): nothing here re-computes a gate's decision.
+// error's details(): nothing here re-computes a gate's decision. An event names its gate by
+// gateId ("throttle#2"), which the route assigns in declaration order; the runner knows the
+// order it declared them in, so it maps ids to scenario gates without guessing from positions.
 #pragma once
 
 #include <cstdint>

@@ -50,10 +50,17 @@
 #include <vector>
 
 #include "rc/endpoint.hpp"
+#include "rc/events.hpp"
+#include "rc/http_rate_limit_headers.hpp"
 #include "rc/keys.hpp"
 #include "rc/options.hpp"
 
 namespace rc {
+
+/// "plugin:http:request:completed": one per request the server answered. A component event: this
+/// header registers it, so `ctx.on("plugin:http:request:completed", ...)` works wherever it is
+/// included (rc/rc.hpp does).
+inline const event_id http_request_completed = register_event("plugin:http:request:completed");
 
 using http_headers = std::vector<std::pair<std::string, std::string>>;
 

@@ -50,7 +50,9 @@ template <class T>
 inline constexpr bool always_false = false;
 
 template <class S>
-concept typed_source = std::derived_from<S, source_base> && requires { typename S::body_type; };
+concept typed_source = std::derived_from<S, source_base> && requires {
+  typename S::body_type;
+};
 template <class D>
 concept destination_object = std::derived_from<D, destination_base>;
 
@@ -104,11 +106,33 @@ class route_builder {
 
   route_builder&& retry(retry_options o = {}) && {
     o.validate();
+    return std::move(*this).wrapper_call("retry", route_layer::retry, [o = std::move(o)](auto inner, scope s) {
+      return make_retry(o, std::move(inner), s);
+    });
+  }
+
+  /// Wrappers defined elsewhere plug in here. Before from(): a route-scope wrapper at `layer` of
+  /// the fixed chain (route_layer; one per layer, the last call wins, except concurrency, which
+  /// stacks with the first declared outermost). After from(): wraps the next step.
+  /// `make(inner, scope)` builds the wrapper; options are validated by the caller, at the call.
+  template <class Make>
+  route_builder&& wrapper_call(const char* name, route_layer layer, Make make) && {
+    static_assert(std::is_invocable_r_v<std::unique_ptr<rc::step>, const Make&, std::unique_ptr<rc::step>, scope>,
+                  "wrapper_call(): make(inner, scope) must return std::unique_ptr<rc::step>");
     if constexpr (!has_from) {
-      route_retry_ = std::move(o);  // last wins
+      if (layer == route_layer::gate) {
+        def_.gates.push_back(make(nullptr, scope::route));
+        return std::move(*this);
+      }
+      if (layer != route_layer::concurrency)
+        std::erase_if(def_.wrappers, [layer](const route_wrapper& w) { return w.layer == layer; });
+      def_.wrappers.push_back({layer, [make = std::move(make)](std::unique_ptr<rc::step> tail) {
+                                 return make(std::move(tail), scope::route);
+                               }});
     } else {
-      push_pending("retry", [o = std::move(o)](std::unique_ptr<rc::step> inner) mutable {
-        return make_retry(std::move(o), std::move(inner), scope::step);
+      (void)layer;
+      push_pending(name, [make = std::move(make)](std::unique_ptr<rc::step> inner) {
+        return make(std::move(inner), scope::step);
       });
     }
     return std::move(*this);
@@ -152,17 +176,13 @@ class route_builder {
   template <class S>
   auto from(S src) && {
     if constexpr (has_from) {
-      static_assert(detail::always_false<S>, "from(): a route has exactly one from(); start another route with rc::craft()");
+      static_assert(detail::always_false<S>,
+                    "from(): a route has exactly one from(); start another route with rc::craft()");
     } else {
       static_assert(detail::typed_source<S>, "from(): the argument is not a source (see rc/components.hpp)");
       using T = typename S::body_type;
       route_builder<T> next(std::move(def_));
       next.def_.source = std::make_unique<S>(std::move(src));
-      if (route_retry_) {
-        next.def_.segments.push_back([o = std::move(*route_retry_)](std::unique_ptr<rc::step> tail) mutable {
-          return make_retry(std::move(o), std::move(tail), scope::route);
-        });
-      }
       return next;
     }
   }
@@ -266,8 +286,7 @@ class route_builder {
   // ---- build ------------------------------------------------------------------------------
   route_definition build() && {
     if constexpr (!has_from) {
-      throw error(errc::missing_from,
-                  fmt::format("route \"{}\" has no from(): every route needs a source", def_.id));
+      throw error(errc::missing_from, fmt::format("route \"{}\" has no from(): every route needs a source", def_.id));
     } else {
       if (!pending_.empty())
         throw error(errc::invalid_dsl,
@@ -332,7 +351,6 @@ class route_builder {
 
   route_definition def_;
   std::vector<pending_wrapper> pending_;
-  std::optional<retry_options> route_retry_;
 };
 
 inline route_builder<no_body> craft() { return route_builder<no_body>(); }

@@ -29,6 +29,10 @@ enum class errc : int {
   connection_failed = 5010,     // RC5010
   timed_out = 5011,             // RC5011
   rate_limited = 5013,          // RC5013
+  circuit_open = 5025,          // RC5025
+  concurrency_limited = 5026,   // RC5026
+  cache_provider = 5028,        // RC5028
+  cache_key = 5029,             // RC5029
   dropped_no_reply = 5031,      // RC5031
   unsupported_outcome = 5032,   // RC5032
   bad_shutdown_timeout = 5058,  // RC5058

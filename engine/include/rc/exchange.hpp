@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <new>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,8 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "rc/gates/rate_limit_numbers.hpp"
 #include "rc/time.hpp"
 
 namespace rc {
@@ -35,8 +35,7 @@ class route_runtime;
 class any_body {
  public:
   any_body() noexcept = default;
-  template <class T, class D = std::decay_t<T>,
-            class = std::enable_if_t<!std::is_same_v<D, any_body>>>
+  template <class T, class D = std::decay_t<T>, class = std::enable_if_t<!std::is_same_v<D, any_body>>>
   any_body(T&& value) {  // NOLINT(google-explicit-constructor): bodies convert implicitly
     emplace<D>(std::forward<T>(value));
   }
@@ -107,9 +106,8 @@ class any_body {
  private:
   static constexpr std::size_t inline_size = 32;
   template <class T>
-  static constexpr bool fits_inline = sizeof(T) <= inline_size &&
-                                      alignof(T) <= alignof(std::max_align_t) &&
-                                      std::is_nothrow_move_constructible_v<T>;
+  static constexpr bool fits_inline =
+      sizeof(T) <= inline_size && alignof(T) <= alignof(std::max_align_t) && std::is_nothrow_move_constructible_v<T>;
 
   struct ops {
     const std::type_info* type;
@@ -222,23 +220,24 @@ class header_map {
   std::vector<value_type> items_;
 };
 
-/// The limit information a gate attaches to an exchange (slow_down, rate_limit) so a transport
-/// can write RateLimit / Retry-After headers. Several gates may add entries.
+/// The limit information a gate attaches to an exchange (slow_down, rate_limit): numbers only. A
+/// transport turns them into its own form (the HTTP source writes RateLimit / Retry-After headers,
+/// rc/http_rate_limit_headers.hpp). Several gates may add entries.
 struct limit_note {
-  std::string gate;   // "rateLimit", "slowDown", "throttle"
+  std::string gate;  // "rateLimit", "slowDown", "throttle"
   std::string label;
-  std::vector<std::pair<std::string, std::string>> headers;  // ready-made response headers
-  // The numbers behind them, for transports that format their own.
   std::uint64_t limit = 0;      // rateLimit: limit; slowDown: delay_after
   std::uint64_t used = 0;       // this exchange's hit number
   std::uint64_t remaining = 0;  // max(limit - used, 0)
   duration reset{};             // until the key's count next drops
   duration window{};
-  std::string policy;           // the quota's name ("7-in-30sec" unless configured)
-  std::string key;              // empty when the gate is not keyed
-  duration delay{};             // slowDown: the delay served or refused
+  std::string policy;  // the quota's name ("7-in-30sec" unless configured)
+  std::string key;     // empty when the gate is not keyed
+  duration delay{};    // slowDown: the delay served or refused
   bool rejected = false;
-  duration retry_after{};       // when rejected
+  duration retry_after{};                                     // when rejected
+  rate_limit_headers header_mode = rate_limit_headers::none;  // rateLimit: the headers asked for
+  std::int64_t wall_ms = 0;  // the wall clock when counted, epoch ms (set for legacy headers)
 };
 
 class exchange {
@@ -253,9 +252,7 @@ class exchange {
   /// UUID-shaped text of the id ("3f2a...-..."), unique within the process.
   std::string id() const;
   /// The incoming correlation id if one was given, else this exchange's own id.
-  std::string correlation_id() const {
-    return extras_ && !extras_->correlation.empty() ? extras_->correlation : id();
-  }
+  std::string correlation_id() const { return extras_ && !extras_->correlation.empty() ? extras_->correlation : id(); }
   void set_correlation_id(std::string c) { more().correlation = std::move(c); }
 
   // Headers.

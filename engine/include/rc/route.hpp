@@ -1,10 +1,13 @@
 // Routes: what the builder produces (route_definition) and what runs (route_runtime).
 //
-// The run list of a route is fixed by the reference's chain, outside in:
-//   [gate_1 ... gate_n, segment wrappers( user steps )]
-// where gates are the route-scope throttle-class operations (throttle, slow_down, rate_limit) in
-// declaration order, each admitting once, and the segment wrappers (retry, ...) re-run the user
-// steps below them. The builder decides what goes where; the runtime only runs it.
+// The run list of a route follows one fixed chain, outside in, whatever order the builder calls
+// came in (route_layer):
+//   error( [gate_1 ... gate_n, circuit_breaker( retry( timeout( concurrency_1( ... concurrency_m(
+//       cache( user steps ))))))] )
+// Gates (throttle, slow_down, rate_limit) are flat steps in declaration order, each admitting
+// once; the layers below them are segment wrappers that run the user steps as a nested run (so
+// retry re-runs only what is below it). Among concurrency wrappers the first declared is
+// outermost. The builder says which wrappers exist; the runtime assembles the chain.
 //
 // The executor runs one exchange through a list of steps, one at a time. It emits the generic
 // step events for steps that do not own theirs, normalises failures (plain exceptions become
@@ -45,14 +48,26 @@ class source_base {
 
 using segment_factory = std::function<std::unique_ptr<step>(std::unique_ptr<step> tail)>;
 
+/// The place of a route-scope wrapper in the fixed chain, outermost first. The order is the
+/// resilience convention: a throttled exchange never counts as a breaker failure, an exhausted
+/// retry counts once, every attempt gets its own deadline, no concurrency slot is held during a
+/// retry backoff, and a cache hit bypasses all of them.
+enum class route_layer : std::uint8_t { error, gate, circuit_breaker, retry, timeout, concurrency, cache };
+
+/// A route-scope wrapper: built around the part of the chain below its layer.
+struct route_wrapper {
+  route_layer layer;
+  segment_factory wrap;
+};
+
 struct route_definition {
   std::string id;
   std::string title;
   std::string description;
   std::unique_ptr<source_base> source;
-  std::vector<std::unique_ptr<step>> gates;        // route scope, admit once, declaration order
-  std::vector<segment_factory> segments;           // route scope, outermost first (retry, ...)
-  std::vector<std::unique_ptr<step>> steps;        // the user pipeline
+  std::vector<std::unique_ptr<step>> gates;  // route scope, admit once, declaration order
+  std::vector<route_wrapper> wrappers;       // route scope, other layers (any order)
+  std::vector<std::unique_ptr<step>> steps;  // the user pipeline
 };
 
 /// The result of one run: how it ended, and the exchange as it ended (for replies).
@@ -103,12 +118,22 @@ class route_runtime {
   void begin_run(exchange& ex, time_point& started);
   void end_run(exchange& ex, outcome& o, time_point started);
   outcome run_steps_now(std::span<const std::unique_ptr<step>> steps, exchange& ex);
+  // Where a run is in its step list (route.cpp: advance, the one step loop).
+  struct step_cursor {
+    time_point started{};    // the current step's start, for its events
+    std::uint32_t next = 0;  // the current step
+    bool pending = false;    // awaiting the current step: the caller's outcome is its result
+    bool events_on = false;  // the current step gets generic step events
+  };
+  bool advance(std::span<const std::unique_ptr<step>> steps, step_cursor& c, exchange& ex, outcome& o);
   bool before_step(step& s, exchange& ex, time_point& started);
   void after_step(step& s, exchange& ex, outcome& o, bool events, time_point started);
   // route:stopping / route:stopped fire once per route: when its finite source has finished and
   // its last exchange has ended (so they follow that exchange's terminal event, as in the
   // reference's canonical sequence), or else from stop(). Announcing does not close intake.
   void announce_stopped();
+  /// Builds run_list_ from the definition's gates, wrappers and steps (the fixed chain).
+  void assemble_chain();
   bool claim_stop_announcement() noexcept { return !stop_announced_.exchange(true); }
 
   context& ctx_;

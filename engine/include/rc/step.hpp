@@ -6,16 +6,18 @@
 // executor and normalised to RC5001).
 //
 // A wrapper owns exactly one inner step (or none, for route-scope gates that only admit) and
-// reports the inner step's operation and label, so events name what the user wrote.
+// reports the inner step's operation and label, so events name what the user wrote. Its events
+// carry a `gateId`, "<kind>#<n>" ("throttle#2"): the n-th wrapper of that kind in its route,
+// counted in declaration order (route scope first, then the steps in order, outermost wrapper
+// first). The route assigns it when it is built, so two throttles of one route are told apart.
 #pragma once
 
 #include <exception>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
-
-#include <nlohmann/json.hpp>
 
 #include "rc/exchange.hpp"
 #include "rc/task.hpp"
@@ -27,8 +29,8 @@ class route_runtime;
 struct outcome {
   enum class kind : std::uint8_t { proceed, drop, fail };
   kind what = kind::proceed;
-  bool reported = false;  // a route:step:error was already emitted for this failure
-  std::string reason;     // drop
+  bool reported = false;     // a route:step:error was already emitted for this failure
+  std::string reason;        // drop
   std::exception_ptr error;  // fail
 
   static outcome proceed() noexcept { return {}; }
@@ -92,13 +94,18 @@ class wrapper : public step {
   std::string_view operation() const override { return inner_ ? inner_->operation() : "route"; }
   std::string_view label() const override { return inner_ ? inner_->label() : "route"; }
   std::string_view adapter() const override { return inner_ ? inner_->adapter() : std::string_view{}; }
-  bool owns_events() const noexcept override {
-    return scope_ == rc::scope::route || (inner_ && inner_->owns_events());
-  }
+  bool owns_events() const noexcept override { return scope_ == rc::scope::route || (inner_ && inner_->owns_events()); }
   bool reports_failure() const noexcept override { return true; }
 
   rc::scope scope() const noexcept { return scope_; }
   const step* inner() const noexcept { return inner_.get(); }
+  step* inner() noexcept { return inner_.get(); }
+
+  /// The kind in gate ids and events: "throttle", "slowDown", "rateLimit", "retry", "delay".
+  virtual std::string_view wrapper_kind() const noexcept { return "wrapper"; }
+  /// "<kind>#<n>", unique among the wrappers of one route; empty until a route assigns it.
+  const std::string& gate_id() const noexcept { return gate_id_; }
+  void set_gate_id(std::string id) { gate_id_ = std::move(id); }
 
  protected:
   /// Runs the inner step (a gate without one simply proceeds), never throws.
@@ -108,11 +115,12 @@ class wrapper : public step {
     return inner_ ? run_now_guarded(*inner_, ex, rt) : outcome::proceed();
   }
   /// The identity fields every wrapper event carries:
-  /// routeId, exchangeId, correlationId, stepLabel, scope (+ label when given).
+  /// routeId, exchangeId, correlationId, gateId, stepLabel, scope (+ label when given).
   nlohmann::json identity(const exchange& ex, const route_runtime& rt, std::string_view label = {}) const;
 
   std::unique_ptr<step> inner_;
   rc::scope scope_;
+  std::string gate_id_;
 };
 
 }  // namespace rc

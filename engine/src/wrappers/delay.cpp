@@ -12,8 +12,9 @@ namespace {
 
 class delay_step final : public wrapper {
  public:
-  delay_step(delay_options o, std::unique_ptr<step> inner)
-      : wrapper(std::move(inner), rc::scope::step), options_(o) {}
+  delay_step(delay_options o, std::unique_ptr<step> inner) : wrapper(std::move(inner), rc::scope::step), options_(o) {}
+
+  std::string_view wrapper_kind() const noexcept override { return "delay"; }
 
   // The frame of this coroutine is what every exchange parked in a delay costs, so the event
   // payloads are built in plain member functions, outside it.

@@ -35,6 +35,8 @@ class retry_step final : public wrapper {
   retry_step(retry_options o, std::unique_ptr<step> inner, rc::scope s)
       : wrapper(std::move(inner), s), options_(std::move(o)) {}
 
+  std::string_view wrapper_kind() const noexcept override { return "retry"; }
+
   task<outcome> run(exchange& ex, route_runtime& rt) override {
     auto& bus = rt.events();
     bus.emit(event_id::retry_started, [&] {

@@ -5,9 +5,9 @@
 // A refusal fails the exchange at once with RC5013 (retryable), nothing downstream runs, and the
 // error's details() carry the structured fields a transport needs: status, message, limit,
 // remaining, used, reset / reset_ms, retry_after / retry_after_ms (whole seconds rounded up / exact
-// ms), key, label, policy and the ready-made headers. Every counted exchange, passed or refused,
-// gets a limit_note (gate "rateLimit") with the same numbers and the headers of `headers`, byte
-// for byte as express writes them (gates/rate_limit_headers.hpp).
+// ms), key, label and policy. Every counted exchange, passed or refused, gets a limit_note (gate
+// "rateLimit") with the same numbers and the header mode `headers`; the HTTP source renders them
+// byte for byte as express writes them (rc/http_rate_limit_headers.hpp: rate_limit_headers_of).
 //
 // Counting: `sliding` (default) counts the key's arrivals in (now - window, now], so no window of
 // that length ever admits more than `limit`; `fixed` is express's window per key opened by its
@@ -32,7 +32,7 @@
 #include <string_view>
 
 #include "rc/exchange.hpp"
-#include "rc/gates/rate_limit_headers.hpp"
+#include "rc/gates/rate_limit_numbers.hpp"
 #include "rc/keys.hpp"
 #include "rc/options.hpp"
 #include "rc/step.hpp"

@@ -1,4 +1,4 @@
-#include "rc/gates/rate_limit_headers.hpp"
+#include "rc/http_rate_limit_headers.hpp"
 
 #include <catch2/catch.hpp>
 #include <chrono>

@@ -1,5 +1,5 @@
 // RateLimit header formatting, with the small SHA-256 and base64 that draft-8's `pk` needs.
-#include "rc/gates/rate_limit_headers.hpp"
+#include "rc/http_rate_limit_headers.hpp"
 
 #include <algorithm>
 #include <array>
@@ -111,8 +111,7 @@ std::string sha256_hex(std::string_view data) {
 }
 
 std::string base64_encode(std::string_view bytes) {
-  constexpr std::string_view alphabet =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  constexpr std::string_view alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
   out.reserve((bytes.size() + 2) / 3 * 4);
   for (std::size_t i = 0; i < bytes.size(); i += 3) {
@@ -133,46 +132,9 @@ std::string rate_limit_partition_key(std::string_view key) {
   return base64_encode(std::string_view{sha256_hex(key)}.substr(0, 12));
 }
 
-std::string format_js_number(double value) {
-  if (std::isnan(value)) return "NaN";
-  if (std::isinf(value)) return value > 0 ? "Infinity" : "-Infinity";
-  if (value == 0) return "0";  // also -0, as JavaScript prints it
-  std::array<char, 400> buffer{};
-  const auto magnitude = std::fabs(value);
-  // JavaScript switches to exponent notation outside [1e-6, 1e21).
-  if (magnitude >= 1e-6 && magnitude < 1e21) {
-    const auto result = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value,
-                                      std::chars_format::fixed);
-    return {buffer.data(), result.ptr};
-  }
-  const auto result = std::to_chars(buffer.data(), buffer.data() + buffer.size(), value,
-                                    std::chars_format::scientific);
-  std::string text{buffer.data(), result.ptr};
-  // to_chars writes at least two exponent digits ("1e-07"); JavaScript writes "1e-7".
-  const auto exponent_digits = text.find('e') + 2;
-  const auto first_nonzero = text.find_first_not_of('0', exponent_digits);
-  text.erase(exponent_digits, first_nonzero - exponent_digits);
-  return text;
-}
-
-std::string rate_limit_policy_name(std::uint64_t limit, duration window) {
-  // Each unit divides the milliseconds directly, as express does, so last digits match.
-  const auto window_ms = to_ms(window);
-  const auto seconds = window_ms / 1e3;
-  const auto minutes = window_ms / (1e3 * 60);
-  const auto hours = window_ms / (1e3 * 60 * 60);
-  const auto days = window_ms / (1e3 * 60 * 60 * 24);
-  std::string name = std::to_string(limit) + "-in-";
-  if (seconds < 60) return name + format_js_number(seconds) + "sec";
-  if (minutes < 60) return name + format_js_number(minutes) + "min";
-  if (hours < 24) return name + format_js_number(hours) + (hours > 1 ? "hrs" : "hr");
-  return name + format_js_number(days) + (days > 1 ? "days" : "day");
-}
-
 std::string http_date(std::int64_t epoch_ms) {
   using namespace std::chrono;
-  constexpr std::array<std::string_view, 7> weekdays = {"Sun", "Mon", "Tue", "Wed",
-                                                        "Thu", "Fri", "Sat"};
+  constexpr std::array<std::string_view, 7> weekdays = {"Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"};
   constexpr std::array<std::string_view, 12> months = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
                                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
   const sys_seconds time{seconds{floor_div(epoch_ms, 1000)}};
@@ -201,9 +163,8 @@ std::string http_date(std::int64_t epoch_ms) {
   return out;
 }
 
-header_list rate_limit_header_list(rate_limit_headers mode, const rate_limit_info& info,
-                                   std::int64_t wall_now_epoch_ms, rate_limit_outcome outcome,
-                                   std::optional<std::string_view> retry_after) {
+header_list rate_limit_header_list(rate_limit_headers mode, const rate_limit_info& info, std::int64_t wall_now_epoch_ms,
+                                   rate_limit_outcome outcome, std::optional<std::string_view> retry_after) {
   using enum rate_limit_headers;
   header_list headers;
   const auto limit = std::to_string(info.limit);
@@ -215,8 +176,7 @@ header_list rate_limit_header_list(rate_limit_headers mode, const rate_limit_inf
     headers.emplace_back("X-RateLimit-Limit", limit);
     headers.emplace_back("X-RateLimit-Remaining", remaining);
     headers.emplace_back("Date", http_date(wall_now_epoch_ms));
-    headers.emplace_back("X-RateLimit-Reset",
-                         std::to_string(reset_epoch_seconds(wall_now_epoch_ms, info.reset_in)));
+    headers.emplace_back("X-RateLimit-Reset", std::to_string(reset_epoch_seconds(wall_now_epoch_ms, info.reset_in)));
   }
 
   const auto draft = mode & (draft_6 | draft_7 | draft_8);
@@ -227,21 +187,33 @@ header_list rate_limit_header_list(rate_limit_headers mode, const rate_limit_inf
     headers.emplace_back("RateLimit-Reset", reset_seconds);
   } else if (draft == draft_7) {
     headers.emplace_back("RateLimit-Policy", limit + ";w=" + window_seconds);
-    headers.emplace_back(
-        "RateLimit", "limit=" + limit + ", remaining=" + remaining + ", reset=" + reset_seconds);
+    headers.emplace_back("RateLimit", "limit=" + limit + ", remaining=" + remaining + ", reset=" + reset_seconds);
   } else if (draft == draft_8) {
-    const auto name = info.policy_name.empty() ? rate_limit_policy_name(info.limit, info.window)
-                                               : info.policy_name;
+    const auto name = info.policy_name.empty() ? rate_limit_policy_name(info.limit, info.window) : info.policy_name;
     headers.emplace_back("RateLimit", '"' + name + "\"; r=" + remaining + "; t=" + reset_seconds);
-    headers.emplace_back("RateLimit-Policy",
-                         '"' + name + "\"; q=" + limit + "; w=" + window_seconds +
-                             "; pk=:" + rate_limit_partition_key(info.key) + ':');
+    headers.emplace_back("RateLimit-Policy", '"' + name + "\"; q=" + limit + "; w=" + window_seconds +
+                                                 "; pk=:" + rate_limit_partition_key(info.key) + ':');
   }
 
   if (outcome == rate_limit_outcome::rejected && mode != none) {
     headers.emplace_back("Retry-After", retry_after ? std::string{*retry_after} : reset_seconds);
   }
   return headers;
+}
+
+header_list rate_limit_headers_of(const limit_note& note) {
+  if (note.header_mode == rate_limit_headers::none) return {};
+  const rate_limit_info info{.limit = note.limit,
+                             .used = note.used,
+                             .remaining = note.remaining,
+                             .reset_in = note.reset,
+                             .window = note.window,
+                             .key = note.key,
+                             .policy_name = note.policy};
+  const std::string retry_after_seconds = std::to_string(rate_limit_reset_seconds(note.retry_after));
+  return rate_limit_header_list(note.header_mode, info, note.wall_ms,
+                                note.rejected ? rate_limit_outcome::rejected : rate_limit_outcome::passed,
+                                std::string_view(retry_after_seconds));
 }
 
 }  // namespace rc

@@ -1,0 +1,451 @@
+// gate_step: the one step every rate gate runs on. A gate is a limiter plus this step.
+//
+// The limiter (gates/limiters.hpp) is arithmetic on one key's state with the time passed in:
+// decide(state, arrival) answers admit, wait (a fixed time), queue (a FIFO place whose schedule
+// the limiter keeps) or refuse (retry after, and why). It reads no clock, takes no lock and knows
+// nothing of exchanges, so it is tested with plain numbers (tests/engine/limiters_test.cpp).
+//
+// The step owns everything around it, once for every gate:
+// - key selection: a selector that throws fails the exchange (RC5001, retryable, as any throwing
+//   user callback; an rc::error it throws passes unchanged);
+// - the per-key table (keyed_lru, max_keys entries): an entry is forgotten only when it is idle
+//   (the limiter says so and nobody waits on it). When every candidate is busy, a gate either
+//   counts the new key in the one shared state (`overflow`, events say so) or refuses it;
+// - waits. A `wait` is a timer from the arrival. A `queue` place is strictly FIFO per key: only
+//   the head has a due time (head_wait); when it is admitted (head_admitted, which may move the
+//   schedule after a stall) the next becomes head. Shutdown (the route's intake fires) admits a
+//   waiting exchange at once. A gone client (the exchange's abort signal fires) drops it as
+//   "client-gone"; a queued one also gives its place back (give_back) and those behind move up;
+// - the refusal: RC5013, retryable, details {gate, retry_after_ms, key, label, ...};
+// - the events passed / delayed / rejected: identity, key and overflow, plus the gate's fields.
+//
+// An unpaced pass builds no wait object: the wait lives in the run's frame only on the paths that
+// wait. A gate that never waits (`waits` false) is synchronous when its inner step is, so a route
+// of synchronous steps keeps its fast path. The decision is taken under the gate's mutex, with
+// the time read there, so a state never sees time go backwards.
+//
+// A gate G is its limiter plus what the step cannot know (see wrappers/throttle.cpp):
+//   using state, ticket;                                 from the limiter
+//   static constexpr gate_traits traits;
+//   bool idle(const state&, time_point now) const;       forgetting it would change nothing
+//   gate_decision decide(state&, const gate_arrival&, ticket&);   may throw: fails the exchange
+//   void fields(nlohmann::json&, const ticket&, const gate_decision&, event_id) const;
+//   std::string refusal_text(const ticket&, const gate_decision&, std::optional<std::string_view> key) const;
+//   void refusal_details(nlohmann::json&, const ticket&, const gate_decision&) const;
+// and, as traits say:
+//   queues:          duration head_wait(const state&, time_point, uint32 queued) const;
+//                    void head_admitted(state&, time_point, uint32 queued);  void give_back(state&, time_point);
+//   !overflow:       gate_decision table_full() const;
+// and optionally:
+//   a limit note:    void note(exchange&, route_runtime&, std::string_view key, ticket&, const gate_decision&);
+//   the outcome:     bool wants_outcome() const; void outcome(state&, time_point, const ticket&, bool ok);
+//   its own refusal: error refusal(std::string_view key, const ticket&, const gate_decision&) const;
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <concepts>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+
+#include "rc/error.hpp"
+#include "rc/events.hpp"
+#include "rc/gates/gate_decision.hpp"
+#include "rc/gates/keyed_lru.hpp"
+#include "rc/keys.hpp"
+#include "rc/route.hpp"
+#include "rc/step.hpp"
+#include "rc/wrappers/keyed_gate.hpp"
+
+namespace rc {
+
+/// What a limiter is, for the step.
+struct gate_traits {
+  std::string_view option;  // option name, in messages: "throttle"
+  std::string_view gate;    // details' and notes' "gate": "throttle", "slowDown", "rateLimit"
+  event_id passed;
+  event_id delayed;
+  event_id rejected;
+  bool waits;     // may answer wait or queue
+  bool queues;    // may answer queue (needs head_wait, head_admitted, give_back)
+  bool overflow;  // a full table counts the new key in the shared state (else table_full())
+};
+
+/// The options every gate shares.
+struct gate_common {
+  key_selector key;  // none = one shared state
+  std::size_t max_keys = 10000;
+  std::string label;
+};
+
+namespace detail {
+
+// A waiting exchange's place in its key's queue. Lives in the waiting run's frame.
+struct gate_queue_node {
+  timer_wait* wait = nullptr;  // the exchange's scheduler wait: due time::max() until it is the head
+  gate_queue_node* prev = nullptr;
+  gate_queue_node* next = nullptr;
+};
+
+struct gate_no_node {};
+
+template <class State, bool Queues>
+struct gate_slot {
+  State state{};
+};
+template <class State>
+struct gate_slot<State, true> {
+  State state{};
+  std::uint32_t waiters = 0;
+};
+
+}  // namespace detail
+
+template <class L>
+class gate_step final : public wrapper, public keyed_gate {
+  static constexpr gate_traits traits = L::traits;
+  using slot = detail::gate_slot<typename L::state, traits.queues>;
+  using ticket = typename L::ticket;
+  using node_type = std::conditional_t<traits.queues, detail::gate_queue_node, detail::gate_no_node>;
+  static constexpr bool has_note = requires(L & l, exchange& e, route_runtime& r, ticket& t, const gate_decision& d) {
+    l.note(e, r, std::string_view{}, t, d);
+  };
+  static constexpr bool has_outcome = requires(L & l, typename L::state& s, time_point now, const ticket& t) {
+    l.outcome(s, now, t, true);
+  };
+  static constexpr bool has_refusal = requires(const L& l, const ticket& t, const gate_decision& d) {
+    { l.refusal(std::string_view{}, t, d) } -> std::same_as<error>;
+  };
+
+ public:
+  gate_step(L limiter, gate_common common, std::unique_ptr<step> inner, rc::scope s)
+      : wrapper(std::move(inner), s),
+        limiter_(std::move(limiter)),
+        common_(std::move(common)),
+        table_(common_.max_keys) {}
+
+  const L& limiter() const noexcept { return limiter_; }
+  std::string_view wrapper_kind() const noexcept override { return traits.gate; }
+
+  keyed_gate_stats stats() const override {
+    std::lock_guard lock(mutex_);
+    return {table_.size(), table_.memory_bytes()};
+  }
+
+  bool synchronous() const noexcept override { return !traits.waits && inner_is_sync(); }
+
+  outcome run_now(exchange& ex, route_runtime& rt) override {
+    if constexpr (traits.waits) {
+      std::terminate();  // never synchronous
+    } else {
+      arrival a;
+      if (std::exception_ptr failure = select_and_decide(ex, rt, a)) return outcome::failed(std::move(failure));
+      if (a.decision.refused()) return refuse(ex, rt, a);
+      emit_passed(ex, rt, a, false, duration::zero());
+      if constexpr (has_outcome) {
+        if (watches_outcome()) {
+          if (!inner_) return watch_finish(ex, rt, a);
+          outcome o = run_inner_now(ex, rt);
+          deliver_outcome(a.key, a.overflow, a.t, rt.now(), o.ok());
+          return o;
+        }
+      }
+      return run_inner_now(ex, rt);
+    }
+  }
+
+  task<outcome> run(exchange& ex, route_runtime& rt) override {
+    arrival a;
+    std::exception_ptr failure = select_and_decide(ex, rt, a);  // one slot in the frame for both decisions
+    if (failure) co_return outcome::failed(std::move(failure));
+    if (a.decision.refused()) co_return refuse(ex, rt, a);
+    bool waited = false;
+    if constexpr (traits.waits) {
+      if (!a.decision.admitted()) {
+        // Only a paced pass builds a wait. A queue place must exist before the place is taken
+        // (the exchange ahead wakes this one through it), so the decision is taken again with it.
+        std::optional<scheduler::wait_awaiter> wait;
+        node_type node{};
+        if (a.decision.what == gate_decision::kind::wait) {
+          wait.emplace(rt.clock().wait_until(a.now + a.decision.wait, &rt.intake(), ex.abort_signal()));
+        } else if constexpr (traits.queues) {
+          wait.emplace(rt.clock().wait_queued(&rt.intake(), ex.abort_signal()));
+          node.wait = &wait->node;
+          failure = decide_now(ex, rt, a, &node);
+          if (failure) co_return outcome::failed(std::move(failure));
+          if (a.decision.refused()) co_return refuse(ex, rt, a);
+        }
+        if (!a.decision.admitted()) {
+          rt.events().emit(traits.delayed, [&] { return fields(ex, rt, a, traits.delayed); });
+          const wait_result r = co_await wait->by_ref();
+          const bool client_gone = r == wait_result::cancelled && ex.abort_signal() != nullptr &&
+                                   ex.abort_signal()->fired() && !rt.intake().fired();
+          if constexpr (traits.queues) {
+            if (a.decision.what == gate_decision::kind::queue) {
+              if (r == wait_result::elapsed)
+                admit_head(a, node, rt);
+              else
+                leave_queue(a, node, rt, client_gone);
+            }
+          }
+          if (client_gone) co_return outcome::dropped("client-gone");
+          waited = true;  // the wait elapsed, or the route is shutting down: admitted now
+        }
+      }
+    }
+    emit_passed(ex, rt, a, waited, waited ? rt.now() - a.now : duration::zero());
+    if constexpr (has_outcome) {
+      if (watches_outcome()) {
+        if (!inner_) co_return watch_finish(ex, rt, a);
+        outcome o = co_await run_inner(ex, rt);
+        deliver_outcome(a.key, a.overflow, a.t, rt.now(), o.ok());
+        co_return o;
+      }
+    }
+    co_return co_await run_inner(ex, rt);
+  }
+
+ private:
+  struct wait_queue {
+    detail::gate_queue_node* head = nullptr;
+    detail::gate_queue_node* tail = nullptr;
+  };
+
+  // One arrival as the run sees it.
+  // Ordered for a small frame: a parked exchange keeps it (an empty ticket takes no room).
+  struct arrival {
+    std::string key;
+    time_point now{};
+    gate_decision decision;
+    bool overflow = false;  // counted in the shared state although keyed: the table was full
+    [[no_unique_address]] ticket t{};
+  };
+
+  bool keyed() const noexcept { return static_cast<bool>(common_.key); }
+
+  // The key, then the first decision. Null, or what the selector or the limiter threw. A
+  // selector that throws fails the exchange like any user callback: an rc::error as it is, any
+  // other exception as RC5001 (retryable) naming the gate's key option, with the original as cause.
+  std::exception_ptr select_and_decide(exchange& ex, route_runtime& rt, arrival& a) {
+    if (keyed()) {
+      try {
+        a.key = common_.key(ex);
+      } catch (const error&) {
+        return std::current_exception();
+      } catch (...) {
+        return std::make_exception_ptr(
+            error(errc::step_failed,
+                  fmt::format("{}({{ key }}) selector threw: {}", traits.option, message_of(std::current_exception())),
+                  true, std::current_exception()));
+      }
+    }
+    return decide_now(ex, rt, a, nullptr);
+  }
+
+  bool idle(const slot& s, time_point now) const {
+    if constexpr (traits.queues) {
+      if (s.waiters != 0) return false;
+    }
+    return limiter_.idle(s.state, now);
+  }
+
+  // Finds (or makes) the key's slot and asks the limiter; links a queue place when given one.
+  // Null, or what the limiter threw. The time is read under the lock, so a
+  // state never sees time go backwards.
+  std::exception_ptr decide_now(exchange& ex, route_runtime& rt, arrival& a, node_type* node) {
+    try {
+      std::lock_guard lock(mutex_);
+      a.now = rt.now();
+      slot* s = &single_;
+      a.overflow = false;
+      if (keyed()) {
+        s = table_.touch(a.key, [&](const slot& x) { return idle(x, a.now); });
+        if (s == nullptr) {
+          if constexpr (traits.overflow) {
+            s = &single_;
+            a.overflow = true;
+          } else {
+            a.decision = limiter_.table_full();
+            return nullptr;
+          }
+        }
+      }
+      gate_arrival in{.now = a.now, .can_queue = node != nullptr, .deadline = ex.deadline()};
+      if constexpr (traits.queues) {
+        in.queued = s->waiters;
+        in.waiting = waiting_;
+      }
+      a.t = ticket{};
+      a.decision = limiter_.decide(s->state, in, a.t);
+      if constexpr (traits.queues) {
+        if (node != nullptr && a.decision.what == gate_decision::kind::queue)
+          enqueue(*s, *node, a.now + a.decision.wait);
+      }
+    } catch (...) {
+      return std::current_exception();
+    }
+    // A queue answer without a place is not final: the step asks again with one.
+    if constexpr (has_note) {
+      if (node != nullptr || a.decision.what != gate_decision::kind::queue)
+        limiter_.note(ex, rt, a.key, a.t, a.decision);
+    }
+    return nullptr;
+  }
+
+  // ---- the FIFO queue (queueing limiters) ----
+
+  void enqueue(slot& s, detail::gate_queue_node& node, time_point due) {
+    wait_queue& q = queue_of(&s);
+    if (q.tail != nullptr) {
+      node.prev = q.tail;
+      q.tail->next = &node;
+      q.tail = &node;
+    } else {
+      q.head = q.tail = &node;
+      node.wait->due = due;  // not suspended yet: nobody else can see this wait
+    }
+    ++s.waiters;
+    ++waiting_;
+  }
+
+  slot* slot_of(const arrival& a) {
+    // A slot with waiters is never evicted, so a waiter always finds its own.
+    return (!keyed() || a.overflow) ? &single_ : table_.find(a.key);
+  }
+
+  wait_queue& queue_of(const slot* s) { return s == &single_ ? single_queue_ : queues_[s]; }
+
+  // Unlinks a node; when it was the head, wakes the next one on its ticket.
+  void unlink(slot& s, detail::gate_queue_node& node, scheduler& clock, time_point now) {
+    wait_queue& q = queue_of(&s);
+    const bool was_head = q.head == &node;
+    (node.prev ? node.prev->next : q.head) = node.next;
+    (node.next ? node.next->prev : q.tail) = node.prev;
+    --s.waiters;
+    --waiting_;
+    if (q.head == nullptr) {
+      if (&s != &single_) queues_.erase(&s);
+    } else if (was_head) {
+      clock.reschedule(*q.head->wait, now + limiter_.head_wait(s.state, now, s.waiters));
+    }
+  }
+
+  // The head's wait elapsed: the limiter admits it (and may move the schedule after a stall).
+  void admit_head(const arrival& a, detail::gate_queue_node& node, route_runtime& rt) {
+    std::lock_guard lock(mutex_);
+    slot* s = slot_of(a);
+    if (s == nullptr) return;  // cannot happen (see slot_of)
+    const time_point now = rt.now();
+    limiter_.head_admitted(s->state, now, s->waiters);
+    unlink(*s, node, rt.clock(), now);
+  }
+
+  // Leaves the queue without being admitted on schedule: shutdown admits it at once (its place is
+  // spent), a gone client gives its place back and those behind move up.
+  void leave_queue(const arrival& a, detail::gate_queue_node& node, route_runtime& rt, bool client_gone) {
+    std::lock_guard lock(mutex_);
+    slot* s = slot_of(a);
+    if (s == nullptr) return;  // cannot happen (see slot_of)
+    const time_point now = rt.now();
+    if (client_gone) limiter_.give_back(s->state, now);
+    unlink(*s, node, rt.clock(), now);
+  }
+
+  // ---- the downstream outcome (limiters that give back on it) ----
+
+  bool watches_outcome() const {
+    if constexpr (requires(const L& l) { l.wants_outcome(); })
+      return limiter_.wants_outcome();
+    else
+      return false;
+  }
+
+  void deliver_outcome(const std::string& key, bool overflow, const ticket& t, time_point now, bool succeeded) {
+    if constexpr (has_outcome) {
+      std::lock_guard lock(mutex_);
+      slot* s = (!keyed() || overflow) ? &single_ : table_.find(key);
+      if (s != nullptr) limiter_.outcome(s->state, now, t, succeeded);
+    }
+  }
+
+  // Route scope: the run's final outcome decides.
+  outcome watch_finish(exchange& ex, route_runtime& rt, const arrival& a) {
+    ex.on_finish([this, &rt, key = a.key, overflow = a.overflow, t = a.t](bool succeeded) {
+      deliver_outcome(key, overflow, t, rt.now(), succeeded);
+    });
+    return outcome::proceed();
+  }
+
+  // ---- refusal and events ----
+
+  outcome refuse(exchange& ex, route_runtime& rt, arrival& a) {
+    rt.events().emit(traits.rejected, [&] {
+      auto j = fields(ex, rt, a, traits.rejected);
+      j["retryAfterMs"] = to_ms(a.decision.wait);
+      return j;
+    });
+    return outcome::failed(std::make_exception_ptr(refusal(a)));
+  }
+
+  error refusal(const arrival& a) const {
+    if constexpr (has_refusal) {
+      return limiter_.refusal(keyed() ? std::string_view(a.key) : std::string_view{}, a.t, a.decision);
+    } else {
+      const double ms = to_ms(a.decision.wait);
+      std::string msg =
+          limiter_.refusal_text(a.t, a.decision, keyed() ? std::optional<std::string_view>(a.key) : std::nullopt);
+      msg += fmt::format(". Retry after ~{}ms.", static_cast<long long>(std::ceil(ms)));
+      nlohmann::json details = {{"gate", traits.gate}, {"retry_after_ms", ms}};
+      if (keyed()) details["key"] = a.key;
+      if (!common_.label.empty()) details["label"] = common_.label;
+      limiter_.refusal_details(details, a.t, a.decision);
+      return error(errc::rate_limited, std::move(msg), true, nullptr, std::move(details));
+    }
+  }
+
+  nlohmann::json fields(const exchange& ex, const route_runtime& rt, const arrival& a, event_id which) const {
+    auto j = identity(ex, rt, common_.label);
+    if (keyed()) j["key"] = a.key;
+    if (a.overflow) j["overflow"] = true;
+    limiter_.fields(j, a.t, a.decision, which);
+    return j;
+  }
+
+  void emit_passed(const exchange& ex, route_runtime& rt, const arrival& a, bool waited, duration elapsed) const {
+    rt.events().emit(traits.passed, [&] {
+      auto j = fields(ex, rt, a, traits.passed);
+      if constexpr (traits.waits) {
+        j["waited"] = waited;
+        j["elapsed"] = to_ms(elapsed);
+      }
+      return j;
+    });
+  }
+
+  L limiter_;
+  gate_common common_;
+  mutable std::mutex mutex_;  // the states and queues: routes may run on several threads
+  slot single_;               // the one state of an unkeyed gate; the overflow state of a keyed one
+  keyed_lru<slot> table_;
+  wait_queue single_queue_;
+  std::unordered_map<const slot*, wait_queue> queues_;  // keyed slots with waiters only
+  std::size_t waiting_ = 0;
+};
+
+/// Builds a gate from a limiter (validated already) and the shared options.
+template <class L>
+std::unique_ptr<step> make_gate_step(L limiter, gate_common common, std::unique_ptr<step> inner, scope s) {
+  return std::make_unique<gate_step<L>>(std::move(limiter), std::move(common), std::move(inner), s);
+}
+
+}  // namespace rc
