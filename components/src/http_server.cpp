@@ -15,6 +15,13 @@
 // for it give their slot back and drop it, and nothing is written. Bytes the client pipelines in
 // the meantime are kept for the next request (up to watch_limit).
 //
+// HTTPS: the connection is a template over its stream, a plain TCP socket or a TLS stream over
+// one, so the plain path is the code it was (no virtual call, no extra allocation). A TLS
+// connection first handshakes within read_timeout (the watchdog closes one that never does; a
+// client speaking plain HTTP to it fails the handshake and is closed), writes every response
+// through the stream's asynchronous path (the eager write_some is plain TCP only: a TLS record
+// cannot be half-written), and ends with a close_notify exchange bounded by the linger time.
+//
 // Pipelines run on the context's io_context like everything else: a route whose steps are all
 // synchronous runs inline on the connection's strand; others are spawned as rc::tasks and hand
 // their result back to the strand. drain() waits for responses being written (work_started).
@@ -30,6 +37,7 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
@@ -202,18 +210,48 @@ struct route_match {
   std::string allow;  // methods served at the path, for 405
 };
 
-class connection;
+// What the server knows of a connection, whichever its stream.
+class connection_base : public std::enable_shared_from_this<connection_base> {
+ public:
+  virtual ~connection_base() = default;
+  /// The server is stopping: a connection waiting for a request closes now, one answering a
+  /// request after its response.
+  virtual void stop_soon() = 0;
+};
+
+// The TLS context of a server, from its options: RC5003 naming the file that does not load.
+asio::ssl::context make_server_tls(const tls_server& t) {
+  asio::ssl::context c(asio::ssl::context::tls_server);
+  SSL_CTX_set_min_proto_version(c.native_handle(), TLS1_2_VERSION);
+  c.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_compression |
+                asio::ssl::context::single_dh_use);
+  beast::error_code ec;
+  c.use_certificate_chain_file(t.cert_file, ec);
+  if (ec)
+    invalid_option("http_source", "tls.cert_file", "a PEM certificate chain",
+                   fmt::format("\"{}\" ({})", t.cert_file, ec.message()));
+  c.use_private_key_file(t.key_file, asio::ssl::context::pem, ec);
+  if (ec)
+    invalid_option("http_source", "tls.key_file", "a PEM private key",
+                   fmt::format("\"{}\" ({})", t.key_file, ec.message()));
+  if (SSL_CTX_check_private_key(c.native_handle()) != 1)
+    invalid_option("http_source", "tls.key_file", "the private key of tls.cert_file",
+                   fmt::format("\"{}\"", t.key_file));
+  return c;
+}
 
 // ---- the server -------------------------------------------------------------------------------
 
 class server : public std::enable_shared_from_this<server> {
  public:
-  server(context& ctx, const tcp::endpoint& ep, http_server_options options)
+  server(context& ctx, const tcp::endpoint& ep, http_server_options options, std::optional<tls_server> tls)
       : ctx_(ctx),
         options_(std::move(options)),
+        tls_options_(std::move(tls)),
         resolver_(options_),
         acceptor_(asio::make_strand(ctx.io())),
         retry_timer_(acceptor_.get_executor()) {
+    if (tls_options_) tls_.emplace(make_server_tls(*tls_options_));
     beast::error_code ec;
     acceptor_.open(ep.protocol(), ec);
     if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
@@ -230,6 +268,7 @@ class server : public std::enable_shared_from_this<server> {
   std::uint16_t port() const noexcept { return port_; }
   context& ctx() noexcept { return ctx_; }
   const http_server_options& options() const noexcept { return options_; }
+  const std::optional<tls_server>& tls_options() const noexcept { return tls_options_; }
   const http_detail::client_resolver& resolver() const noexcept { return resolver_; }
   bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
 
@@ -279,11 +318,11 @@ class server : public std::enable_shared_from_this<server> {
 
   // Connection bookkeeping (any thread).
   bool admit() { return open_.fetch_add(1, std::memory_order_acq_rel) < options_.max_connections; }
-  void opened(connection* c) {
+  void opened(connection_base* c) {
     std::lock_guard lock(mutex_);
     live_.insert(c);
   }
-  void closed(connection* c, bool counted) {
+  void closed(connection_base* c, bool counted) {
     if (counted) open_.fetch_sub(1, std::memory_order_acq_rel);
     std::lock_guard lock(mutex_);
     live_.erase(c);
@@ -302,16 +341,20 @@ class server : public std::enable_shared_from_this<server> {
   }
 
   void accept();
+  template <class Stream>
+  void admit_connection(Stream stream);
 
   context& ctx_;
   http_server_options options_;
+  std::optional<tls_server> tls_options_;
+  std::optional<asio::ssl::context> tls_;
   http_detail::client_resolver resolver_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
   std::uint16_t port_ = 0;
   mutable std::mutex mutex_;  // routes_, live_
   std::vector<route_entry> routes_;
-  std::unordered_set<connection*> live_;
+  std::unordered_set<connection_base*> live_;
   std::atomic<std::size_t> open_{0};
   std::atomic<std::size_t> overflow_{0};
   std::atomic<bool> stopping_{false};
@@ -319,11 +362,14 @@ class server : public std::enable_shared_from_this<server> {
 
 // ---- one connection ---------------------------------------------------------------------------
 
-class connection : public std::enable_shared_from_this<connection> {
+template <class Stream>
+class connection final : public connection_base {
+  static constexpr bool is_tls = !std::is_same_v<Stream, tcp::socket>;
+
  public:
-  connection(std::shared_ptr<server> srv, tcp::socket socket, bool counted)
+  connection(std::shared_ptr<server> srv, Stream stream, bool counted)
       : server_(std::move(srv)),
-        socket_(std::move(socket)),
+        socket_(std::move(stream)),
         timer_(socket_.get_executor()),
         wake_(socket_.get_executor(), steady::time_point::max()),
         counted_(counted),
@@ -340,13 +386,13 @@ class connection : public std::enable_shared_from_this<connection> {
   void start() {
     server_->opened(this);
     beast::error_code ec;
-    const auto remote = socket_.remote_endpoint(ec);
+    const auto remote = layer().remote_endpoint(ec);
     if (ec) {
       close();
       return;
     }
-    socket_.set_option(tcp::no_delay(true), ec);
-    socket_.non_blocking(true, ec);  // write_response() writes what fits at once
+    layer().set_option(tcp::no_delay(true), ec);
+    if constexpr (!is_tls) layer().non_blocking(true, ec);  // write_response() writes what fits at once
     const auto addr = http_detail::parse_ip(remote.address().to_string());
     peer_ = addr.value_or(http_detail::ip_address{});
     peer_text_ = http_detail::format_ip(peer_);
@@ -361,18 +407,17 @@ class connection : public std::enable_shared_from_this<connection> {
   void turn_away() {
     server_->opened(this);
     beast::error_code ec;
-    socket_.non_blocking(true, ec);
+    if constexpr (!is_tls) layer().non_blocking(true, ec);
     close_after_ = true;
     launch(&connection::refuse);
   }
 
-  /// The server is stopping: a connection waiting for a request closes now, one answering a
-  /// request after its response.
-  void stop_soon() {
-    asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+  void stop_soon() override {
+    asio::dispatch(socket_.get_executor(), [self = self()] {
       if (self->closed_) return;
       self->close_after_ = true;
-      if (self->phase_ == phase::idle || self->phase_ == phase::reading || self->phase_ == phase::lingering)
+      if (self->phase_ == phase::handshake || self->phase_ == phase::idle || self->phase_ == phase::reading ||
+          self->phase_ == phase::lingering)
         self->close();
     });
   }
@@ -380,7 +425,10 @@ class connection : public std::enable_shared_from_this<connection> {
  private:
   // What the connection is doing: tells the watchdog what a passed deadline means, and
   // stop_soon() whether a request is being answered.
-  enum class phase : std::uint8_t { idle, reading, running, writing, lingering };
+  enum class phase : std::uint8_t { handshake, idle, reading, running, writing, lingering };
+
+  std::shared_ptr<connection> self() { return std::static_pointer_cast<connection>(shared_from_this()); }
+  auto& layer() noexcept { return socket_.lowest_layer(); }
   enum class read_end : std::uint8_t { request, refused, closed };
 
   // co_await an operation directly (no frame of its own to start it), its outcome as a tuple.
@@ -389,17 +437,25 @@ class connection : public std::enable_shared_from_this<connection> {
   // The connection's coroutine and its watchdog, on the connection's executor (its strand).
   void launch(asio::awaitable<void> (connection::*body)(std::shared_ptr<connection>)) {
     auto executor = socket_.get_executor();
-    asio::co_spawn(executor, watchdog(shared_from_this()), asio::detached);
-    asio::co_spawn(executor, (this->*body)(shared_from_this()), asio::detached);
+    asio::co_spawn(executor, watchdog(self()), asio::detached);
+    asio::co_spawn(executor, (this->*body)(self()), asio::detached);
   }
 
   // ---- the connection, from first byte to close ----
   asio::awaitable<void> serve([[maybe_unused]] std::shared_ptr<connection> self) {
     try {
+      if (!co_await handshake()) {
+        close();
+        co_return;
+      }
       while (!closed_) {
         response_parts r;
         const read_end got = co_await read_request(r);
-        if (got == read_end::closed) break;
+        if (got == read_end::closed) {
+          if constexpr (is_tls)
+            if (timed_out_ && !closed_) co_await tls_shutdown();  // idle: say goodbye
+          break;
+        }
         // A pipeline answer() starts elsewhere is awaited; its client may go away meanwhile.
         if (got == read_end::request && answer(r) && !co_await await_pipeline(r)) break;
         if (!start_response(r) || !co_await write_response()) break;
@@ -418,10 +474,33 @@ class connection : public std::enable_shared_from_this<connection> {
     try {
       response_parts r = http_detail::error_response(503, "service_unavailable", "too many connections");
       r.headers.emplace_back("Retry-After", "1");
-      if (start_response(r) && co_await write_response()) co_await linger();
+      if (co_await handshake() && start_response(r) && co_await write_response()) co_await linger();
     } catch (...) {
     }
     close();
+  }
+
+  // ---- TLS ----
+  // The handshake, within read_timeout: false when it failed or did not finish in time.
+  asio::awaitable<bool> handshake() {
+    if constexpr (!is_tls) {
+      co_return true;
+    } else {
+      phase_ = phase::handshake;
+      set_deadline(steady::now() + server_->options().read_timeout);
+      auto [ec] = co_await socket_.async_handshake(asio::ssl::stream_base::server, use_tuple);
+      co_return !ec && !timed_out_ && !closed_;
+    }
+  }
+
+  // close_notify both ways, within the linger time; the socket closes after it either way.
+  asio::awaitable<void> tls_shutdown() {
+    if constexpr (is_tls) {
+      phase_ = phase::lingering;
+      set_deadline(steady::now() + std::min<steady::duration>(linger_time, server_->options().read_timeout));
+      (void)co_await socket_.async_shutdown(use_tuple);
+    }
+    co_return;
   }
 
   // ---- reading a request ----
@@ -758,7 +837,7 @@ class connection : public std::enable_shared_from_this<connection> {
       }
       return false;
     }
-    rc::spawn(rt.frames(), [self = shared_from_this(), route = &rt, ex = std::move(ex)]() mutable {
+    rc::spawn(rt.frames(), [self = self(), route = &rt, ex = std::move(ex)]() mutable {
       return run_exchange(std::move(self), route, std::move(ex));
     });
     return true;
@@ -783,7 +862,7 @@ class connection : public std::enable_shared_from_this<connection> {
   // Interrupts whatever the connection's coroutine waits for; it looks at its state again.
   void wake() {
     beast::error_code ec;
-    socket_.cancel(ec);
+    layer().cancel(ec);
     wake_.cancel();
   }
 
@@ -797,13 +876,18 @@ class connection : public std::enable_shared_from_this<connection> {
     out_.clear();  // its capacity is reused from one response to the next
     http_detail::serialize_response(out_, r, head_, keep, http10_);
     phase_ = phase::writing;
-    beast::error_code ec;
-    written_ = socket_.write_some(asio::buffer(out_), ec);
-    if (ec == asio::error::would_block || ec == asio::error::try_again) {
-      ec = {};
-      written_ = 0;
+    written_ = 0;
+    if constexpr (is_tls) {
+      return true;  // all of it through write_response()
+    } else {
+      beast::error_code ec;
+      written_ = socket_.write_some(asio::buffer(out_), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        ec = {};
+        written_ = 0;
+      }
+      return !ec || write_failed();
     }
-    return !ec || write_failed();
   }
 
   // The rest of the response, within write_timeout. False when it could not be written.
@@ -840,8 +924,12 @@ class connection : public std::enable_shared_from_this<connection> {
   // connection and could destroy the response before it is read. Stop sending, read and discard
   // for a moment, then close.
   asio::awaitable<void> linger() {
+    if constexpr (is_tls) {
+      co_await tls_shutdown();
+      co_return;
+    }
     beast::error_code ec;
-    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    layer().shutdown(tcp::socket::shutdown_send, ec);
     if (ec) co_return;
     phase_ = phase::lingering;
     set_deadline(steady::now() + std::min<steady::duration>(linger_time, server_->options().read_timeout));
@@ -856,7 +944,7 @@ class connection : public std::enable_shared_from_this<connection> {
     if (closed_) return;
     closed_ = true;
     beast::error_code ec;
-    socket_.close(ec);
+    layer().close(ec);
     timer_.cancel();
     wake_.cancel();
     server_->closed(this, counted_);
@@ -894,7 +982,7 @@ class connection : public std::enable_shared_from_this<connection> {
       if (closed_) break;
       if (steady::now() < deadline_) continue;  // moved, or re-armed earlier
       // Passed: cancel what the connection waits for; it sees timed_out_ and knows what it means
-      // where it is (idle: close; reading: 408; running: 503; writing, lingering: close).
+      // where it is (handshake, idle: close; reading: 408; running: 503; writing, lingering: close).
       deadline_ = steady::time_point::max();
       timed_out_ = true;
       if (phase_ == phase::running && abort_) abort_->fire();  // the gates let the exchange go
@@ -903,7 +991,7 @@ class connection : public std::enable_shared_from_this<connection> {
   }
 
   std::shared_ptr<server> server_;
-  tcp::socket socket_;
+  Stream socket_;             // tcp::socket, or asio::ssl::stream<tcp::socket>
   asio::steady_timer timer_;  // the watchdog's
   asio::steady_timer wake_;   // never expires: a wait on it ends when someone calls wake()
   bool counted_;
@@ -955,20 +1043,28 @@ void server::accept() {
       });
       return;
     }
-    if (self->admit()) {
-      std::make_shared<connection>(self, std::move(s), true)->start();
-    } else {
-      self->open_.fetch_sub(1, std::memory_order_acq_rel);
-      if (self->overflow_.fetch_add(1, std::memory_order_acq_rel) < overflow_limit) {
-        std::make_shared<connection>(self, std::move(s), false)->turn_away();
-      } else {
-        self->overflow_.fetch_sub(1, std::memory_order_acq_rel);
-        beast::error_code ignored;
-        s.close(ignored);
-      }
-    }
+    if (self->tls_)
+      self->admit_connection(asio::ssl::stream<tcp::socket>(std::move(s), *self->tls_));
+    else
+      self->admit_connection(std::move(s));
     self->accept();
   });
+}
+
+template <class Stream>
+void server::admit_connection(Stream stream) {
+  if (admit()) {
+    std::make_shared<connection<Stream>>(shared_from_this(), std::move(stream), true)->start();
+  } else {
+    open_.fetch_sub(1, std::memory_order_acq_rel);
+    if (overflow_.fetch_add(1, std::memory_order_acq_rel) < overflow_limit) {
+      std::make_shared<connection<Stream>>(shared_from_this(), std::move(stream), false)->turn_away();
+    } else {
+      overflow_.fetch_sub(1, std::memory_order_acq_rel);
+      beast::error_code ignored;
+      stream.lowest_layer().close(ignored);
+    }
+  }
 }
 
 void server::shutdown() {
@@ -978,7 +1074,7 @@ void server::shutdown() {
     self->acceptor_.close(ec);
     self->retry_timer_.cancel();
   });
-  std::vector<std::shared_ptr<connection>> open;
+  std::vector<std::shared_ptr<connection_base>> open;
   {
     std::lock_guard lock(mutex_);
     for (auto* c : live_)
@@ -1000,19 +1096,26 @@ class http_server_registry {
     std::lock_guard lock(mutex_);
     // Port 0 routes of a host share one ephemeral server; a route naming that server's port
     // joins it too.
-    std::shared_ptr<server> s =
-        o.port == 0 ? find(ephemeral_, host) : find(servers_, std::pair<std::string, std::uint16_t>{host, o.port});
+    // A plain and a TLS port-0 route do not share one.
+    const std::string ephemeral_key = o.tls ? host + " tls" : host;
+    std::shared_ptr<server> s = o.port == 0 ? find(ephemeral_, ephemeral_key)
+                                            : find(servers_, std::pair<std::string, std::uint16_t>{host, o.port});
     if (s) {
+      if (o.tls != s->tls_options())
+        throw error(errc::misconfigured,
+                    fmt::format("http_source: route \"{}\" gives tls settings for {}:{} that differ from those of "
+                                "the routes already on it",
+                                rt.id(), host, s->port()));
       if (o.server != s->options() && o.server != http_server_options{})
         throw error(errc::misconfigured,
                     fmt::format("http_source: route \"{}\" gives server options for {}:{} that differ from those of "
                                 "the routes already on it; set them on one route, or the same on all",
                                 rt.id(), host, s->port()));
     } else {
-      s = std::make_shared<server>(ctx_, tcp::endpoint(asio::ip::make_address(host), o.port), o.server);
+      s = std::make_shared<server>(ctx_, tcp::endpoint(asio::ip::make_address(host), o.port), o.server, o.tls);
       s->start_accepting();
       servers_[{host, s->port()}] = s;
-      if (o.port == 0) ephemeral_[host] = s;
+      if (o.port == 0) ephemeral_[ephemeral_key] = s;
     }
     s->add(route_entry{o.method, o.path, path_pattern::parse(o.path), &rt, o.response_timeout});
     return s;
