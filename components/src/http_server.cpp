@@ -444,9 +444,11 @@ class connection final : public connection_base {
   // ---- the connection, from first byte to close ----
   asio::awaitable<void> serve([[maybe_unused]] std::shared_ptr<connection> self) {
     try {
-      if (!co_await handshake()) {
-        close();
-        co_return;
+      if constexpr (is_tls) {
+        if (!co_await handshake()) {
+          close();
+          co_return;
+        }
       }
       while (!closed_) {
         response_parts r;
@@ -474,23 +476,21 @@ class connection final : public connection_base {
     try {
       response_parts r = http_detail::error_response(503, "service_unavailable", "too many connections");
       r.headers.emplace_back("Retry-After", "1");
-      if (co_await handshake() && start_response(r) && co_await write_response()) co_await linger();
+      bool ready = true;
+      if constexpr (is_tls) ready = co_await handshake();
+      if (ready && start_response(r) && co_await write_response()) co_await linger();
     } catch (...) {
     }
     close();
   }
 
   // ---- TLS ----
-  // The handshake, within read_timeout: false when it failed or did not finish in time.
+  // The handshake, within read_timeout: false when it failed or did not finish in time. TLS only.
   asio::awaitable<bool> handshake() {
-    if constexpr (!is_tls) {
-      co_return true;
-    } else {
-      phase_ = phase::handshake;
-      set_deadline(steady::now() + server_->options().read_timeout);
-      auto [ec] = co_await socket_.async_handshake(asio::ssl::stream_base::server, use_tuple);
-      co_return !ec && !timed_out_ && !closed_;
-    }
+    phase_ = phase::handshake;
+    set_deadline(steady::now() + server_->options().read_timeout);
+    auto [ec] = co_await socket_.async_handshake(asio::ssl::stream_base::server, use_tuple);
+    co_return !ec && !timed_out_ && !closed_;
   }
 
   // close_notify both ways, within the linger time; the socket closes after it either way.

@@ -176,8 +176,8 @@ struct http_source_options {
   /// signal fires (waiting gates give their slot back).
   std::optional<duration> response_timeout;
   http_server_options server;
-  /// HTTPS on this (host, port): every route sharing the server must give the same (or none
-  /// after the first).
+  /// HTTPS on this (host, port): every route sharing the server gives the same (RC5003
+  /// otherwise); port-0 TLS routes share an ephemeral server apart from the plain ones.
   std::optional<tls_server> tls;
 
   void validate() const;
