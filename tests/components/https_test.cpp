@@ -104,6 +104,13 @@ struct test_pki {
   std::string cert, key;              // "localhost", 127.0.0.1, signed by the CA, valid now
   std::string expired, expired_key;   // the same names, expired yesterday
   std::string self_signed, self_key;  // "localhost", signed by itself
+
+  test_pki() = default;
+  test_pki(test_pki&&) = default;
+  ~test_pki() {
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+  }
 };
 
 const test_pki& pki() {
