@@ -85,9 +85,14 @@ class count_min_sketch {
     return least;
   }
 
+  /// Allocates the counters (zeroed) if not yet done; add() does it at the first hit.
+  void allocate() {
+    if (!counters_) counters_ = std::make_unique<std::uint32_t[]>(depth * width_);
+  }
+
   /// Counts one hit of the key (conservative update) and returns its new estimate.
   std::uint64_t add(const cells& c) {
-    if (!counters_) counters_ = std::make_unique<std::uint32_t[]>(depth * width_);  // zeroed
+    allocate();
     const auto before = static_cast<std::uint32_t>(estimate(c));
     if (before == std::numeric_limits<std::uint32_t>::max()) return before;
     for (const std::uint32_t i : c.at) counters_[i] = std::max(counters_[i], before + 1);
@@ -228,8 +233,10 @@ class sketch_window<sliding_window> {
   time_point period_end() const noexcept { return period_start_ + window_; }
 
   // Moves the periods forward so that now lies in the current one.
-  void roll(time_point now, duration window) noexcept {
+  void roll(time_point now, duration window) {
     if (!started_) {
+      current_.allocate();  // both at once, so memory_bytes() is fixed from the first hit
+      previous_.allocate();
       started_ = true;
       window_ = std::max(window, duration{1});
       period_start_ = now;
