@@ -66,7 +66,11 @@ struct throttle_limiter {
     return gate_decision::queued(wait);
   }
 
-  /// Every evictable key is busy: refuse rather than meter this key with nothing.
+  /// A full table sends a new key to the shared overflow bucket in delay mode (it waits, paced,
+  /// in the overflow's FIFO queue: delay mode drops nothing); reject mode refuses it.
+  bool overflows() const { return mode == throttle_mode::delay; }
+
+  /// Reject mode, every evictable key busy: refuse rather than meter this key with nothing.
   gate_decision table_full() const {
     return gate_decision::refuse(
         std::chrono::duration_cast<duration>(std::chrono::duration<double, std::nano>(params.interval_ns)),
