@@ -7,14 +7,22 @@
 // the socket at the same time; stale timer and abort callbacks from an earlier call on a pooled
 // connection are told apart by a generation number.
 //
+// HTTPS (an https:// URL): the connection is a TLS stream over the same socket. The endpoint's
+// TLS context is made at its first https call (the system's CA store, or tls.ca_file); the
+// handshake sends SNI and checks the certificate's names against the host (or
+// tls.server_name). A handshake or verification failure is RC5010 naming the host and why.
+// Pooled connections are keyed by scheme, host, port and TLS settings.
+//
 // Connections are kept per host in a context-wide pool (LIFO, at most pool_size idle per host,
 // none older than pool_idle). A pooled connection the server has closed in the meantime fails
 // before any response byte; an idempotent call then goes once more on a fresh connection.
 #include <fmt/format.h>
 
+#include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -37,6 +45,42 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
 using steady = std::chrono::steady_clock;
+
+namespace detail {
+
+// An endpoint's TLS context, made once, at its first https call (any thread).
+struct http_client_tls {
+  std::once_flag once;
+  std::optional<asio::ssl::context> context;
+  std::exception_ptr failure;
+  std::atomic<bool> warned{false};  // http_tls_unverified emitted
+
+  asio::ssl::context& get(const tls_client& t) {
+    std::call_once(once, [&] {
+      try {
+        asio::ssl::context c(asio::ssl::context::tls_client);
+        SSL_CTX_set_min_proto_version(c.native_handle(), TLS1_2_VERSION);
+        beast::error_code ec;
+        if (t.ca_file.empty())
+          c.set_default_verify_paths(ec);
+        else
+          c.load_verify_file(t.ca_file, ec);
+        if (ec)
+          invalid_option(
+              "http", "tls.ca_file", "PEM CA certificates",
+              fmt::format("\"{}\" ({})", t.ca_file.empty() ? "the system's store" : t.ca_file, ec.message()));
+        c.set_verify_mode(t.verify ? asio::ssl::verify_peer : asio::ssl::verify_none);
+        context.emplace(std::move(c));
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    });
+    if (failure) std::rethrow_exception(failure);
+    return *context;
+  }
+};
+
+}  // namespace detail
 
 namespace {
 
@@ -69,11 +113,15 @@ async_awaiter<Initiate, Results...> async_op(Initiate init) {
 // ---- connections and the pool ------------------------------------------------------------------
 
 struct client_connection {
-  explicit client_connection(context& ctx)
+  client_connection(context& ctx, asio::ssl::context* tls_context)
       : socket(ctx.threads() > 1 ? asio::any_io_executor(asio::make_strand(ctx.io()))
                                  : asio::any_io_executor(ctx.io().get_executor())),
-        timer(socket.get_executor()) {}
+        timer(socket.get_executor()) {
+    if (tls_context) tls.emplace(socket, *tls_context);
+  }
   tcp::socket socket;
+  std::optional<asio::ssl::stream<tcp::socket&>> tls;  // over `socket`, for https
+  std::string verify_failure;                          // why the peer's certificate was refused
   asio::steady_timer timer;
   beast::flat_buffer buffer;
   steady::time_point idle_since{};
@@ -163,11 +211,33 @@ error call_error(errc code, std::string message, bool retryable, const std::stri
   return error(code, std::move(message), retryable, nullptr, {{"url", url}, {"method", method}});
 }
 
-task<http_response> perform(context& ctx, std::shared_ptr<const http_options> options, exchange& ex,
-                            route_runtime& rt) {
+// Why a handshake failed, in words: the certificate check that refused the peer, else OpenSSL's.
+std::string tls_failure_reason(client_connection& c, beast::error_code ec) {
+  if (!c.verify_failure.empty()) return "certificate verification failed: " + c.verify_failure;
+  if (ec.category() == asio::error::get_ssl_category()) {
+    const long result = SSL_get_verify_result(c.tls->native_handle());
+    if (result != X509_V_OK)
+      return fmt::format("certificate verification failed: {}", X509_verify_cert_error_string(result));
+  }
+  return ec.message();
+}
+
+task<http_response> perform(context& ctx, std::shared_ptr<const http_options> options,
+                            std::shared_ptr<detail::http_client_tls> tls_state, exchange& ex, route_runtime& rt) {
   const http_options& o = *options;
   const std::string url = o.url_from ? o.url_from(ex) : o.url;
   const http_detail::url_parts u = http_detail::parse_url(url);
+  asio::ssl::context* tls_context = nullptr;
+  const std::string& tls_name = o.tls.server_name.empty() ? u.host : o.tls.server_name;
+  if (u.tls) {
+    tls_context = &tls_state->get(o.tls);
+    if (!o.tls.verify && !tls_state->warned.exchange(true))
+      ctx.events().emit(http_tls_unverified, [&] {
+        return nlohmann::json{{"level", "warn"},
+                              {"url", url},
+                              {"message", "tls.verify is false: the server's certificate is not checked"}};
+      });
+  }
 
   steady::time_point deadline = steady::now() + o.timeout;
   if (ex.deadline()) {
@@ -197,14 +267,16 @@ task<http_response> perform(context& ctx, std::shared_ptr<const http_options> op
   req.keep_alive(true);
   req.prepare_payload();
 
-  const std::string key = u.host + ":" + std::to_string(u.port);
+  const std::string key =
+      u.tls ? fmt::format("https://{}:{}|{}|{}|{}", u.host, u.port, tls_name, o.tls.verify, o.tls.ca_file)
+            : u.host + ":" + std::to_string(u.port);
   auto& pool = ctx.service<client_pool>();
   const bool head = o.method == "HEAD";
 
   for (int attempt = 0;; ++attempt) {
     std::shared_ptr<client_connection> c = attempt == 0 ? pool.checkout(key, o.pool_idle) : nullptr;
     const bool fresh = !c;
-    if (fresh) c = std::make_shared<client_connection>(ctx);
+    if (fresh) c = std::make_shared<client_connection>(ctx, tls_context);
     // From here on everything happens on the connection's strand.
     co_await async_op<>([&](auto h) { asio::post(c->socket.get_executor(), std::move(h)); });
     const std::uint64_t generation = ++c->generation;
@@ -259,10 +331,47 @@ task<http_response> perform(context& ctx, std::shared_ptr<const http_options> op
       if (ec) throw fail(ec, "connect");
       beast::error_code ignored;
       c->socket.set_option(tcp::no_delay(true), ignored);
+      if (c->tls) {
+        auto& stream = *c->tls;
+        // SNI carries names only, never an address.
+        if (!http_detail::parse_ip(tls_name)) SSL_set_tlsext_host_name(stream.native_handle(), tls_name.c_str());
+        if (o.tls.verify)
+          stream.set_verify_callback([c = c.get(), check = asio::ssl::host_name_verification(tls_name),
+                                      name = tls_name](bool preverified, asio::ssl::verify_context& vc) {
+            X509_STORE_CTX* store = vc.native_handle();
+            if (!preverified) {
+              if (c->verify_failure.empty())
+                c->verify_failure = X509_verify_cert_error_string(X509_STORE_CTX_get_error(store));
+              return false;
+            }
+            if (!check(preverified, vc)) {
+              c->verify_failure = fmt::format("the certificate is not valid for the name \"{}\"", name);
+              return false;
+            }
+            return true;
+          });
+        auto [hec] = co_await async_op<beast::error_code>(
+            [&](auto h) { stream.async_handshake(asio::ssl::stream_base::client, std::move(h)); });
+        if (hec) {
+          if (c->timed_out || c->abandoned) throw fail(hec, "handshake");
+          const std::string reason = tls_failure_reason(*c, hec);
+          // A refused certificate stays refused: retrying cannot help.
+          const bool retryable = c->verify_failure.empty() && reason.find("certificate") == std::string::npos;
+          (void)fail(hec, "handshake");
+          throw call_error(
+              errc::connection_failed,
+              fmt::format("http: {} {} failed: TLS handshake with {} failed: {}", o.method, url, tls_name, reason),
+              retryable, o.method, url);
+        }
+      }
     }
 
-    auto [wec, written] = co_await async_op<beast::error_code, std::size_t>(
-        [&](auto h) { bhttp::async_write(c->socket, req, std::move(h)); });
+    auto [wec, written] = co_await async_op<beast::error_code, std::size_t>([&](auto h) {
+      if (c->tls)
+        bhttp::async_write(*c->tls, req, std::move(h));
+      else
+        bhttp::async_write(c->socket, req, std::move(h));
+    });
     if (wec) {
       const bool again = !fresh && attempt == 0 && idempotent(o.method) && !c->timed_out && !c->abandoned;
       error e = fail(wec, "send the request");
@@ -273,8 +382,12 @@ task<http_response> perform(context& ctx, std::shared_ptr<const http_options> op
     bhttp::response_parser<bhttp::string_body> parser;
     parser.body_limit(o.max_response_bytes);
     if (head) parser.skip(true);
-    auto [rec, read] = co_await async_op<beast::error_code, std::size_t>(
-        [&](auto h) { bhttp::async_read(c->socket, c->buffer, parser, std::move(h)); });
+    auto [rec, read] = co_await async_op<beast::error_code, std::size_t>([&](auto h) {
+      if (c->tls)
+        bhttp::async_read(*c->tls, c->buffer, parser, std::move(h));
+      else
+        bhttp::async_read(c->socket, c->buffer, parser, std::move(h));
+    });
     if (rec) {
       if (rec == bhttp::error::body_limit) {
         (void)fail(rec, "read the response");
@@ -332,17 +445,18 @@ task<http_response> perform(context& ctx, std::shared_ptr<const http_options> op
 }  // namespace
 
 http_client_endpoint::http_client_endpoint(http_options options)
-    : options_(std::make_shared<const http_options>(std::move(options))) {
+    : options_(std::make_shared<const http_options>(std::move(options))),
+      tls_(std::make_shared<detail::http_client_tls>()) {
   options_->validate();
 }
 
 task<void> http_client_endpoint::send(exchange& ex, route_runtime& rt) {
-  (void)co_await perform(rt.ctx(), options_, ex, rt);
+  (void)co_await perform(rt.ctx(), options_, tls_, ex, rt);
 }
 
 task<exchange> http_client_endpoint::call(exchange& ex, route_runtime& rt) {
   exchange reply;
-  reply.set_body(co_await perform(rt.ctx(), options_, ex, rt));
+  reply.set_body(co_await perform(rt.ctx(), options_, tls_, ex, rt));
   co_return reply;
 }
 

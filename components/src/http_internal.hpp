@@ -91,17 +91,21 @@ bool is_json_content_type(std::string_view content_type) noexcept;
 // ---- URLs -----------------------------------------------------------------------------------
 
 struct url_parts {
-  std::string host;  // without brackets
-  std::uint16_t port = 80;
+  std::string host;         // without brackets
+  std::uint16_t port = 80;  // 443 for https
+  bool tls = false;         // https://
   std::string target;       // "/path?query"
   std::string host_header;  // "host:port" as the Host header wants it
 };
 
-/// Parses "http://host[:port][/path][?query]"; RC5003 for anything else (https included).
+/// Parses "http[s]://host[:port][/path][?query]"; RC5003 for anything else.
 url_parts parse_url(std::string_view url);
 
 std::string percent_decode(std::string_view text, bool plus_is_space);
 
 bool iequals(std::string_view a, std::string_view b) noexcept;
+
+/// RC5003 naming `option` of `op` unless `file` can be opened for reading.
+void require_readable_file(std::string_view op, std::string_view option, const std::string& file);
 
 }  // namespace rc::http_detail

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <fstream>
 
 #include "http_internal.hpp"
 #include "rc/error.hpp"
@@ -136,6 +137,10 @@ void http_source_options::validate() const {
   if (response_timeout && *response_timeout <= duration::zero())
     invalid_option("http_source", "response_timeout", "a duration > 0", ms_text(*response_timeout));
   server.validate();
+  if (tls) {
+    http_detail::require_readable_file("http_source", "tls.cert_file", tls->cert_file);
+    http_detail::require_readable_file("http_source", "tls.key_file", tls->key_file);
+  }
 }
 
 void http_options::validate() const {
@@ -143,6 +148,7 @@ void http_options::validate() const {
   if (method.empty()) invalid_option("http", "method", "an HTTP method", "\"\"");
   if (timeout <= duration::zero()) invalid_option("http", "timeout", "a duration > 0", ms_text(timeout));
   if (max_response_bytes < 1) invalid_option("http", "max_response_bytes", "at least 1", max_response_bytes);
+  if (!tls.ca_file.empty()) http_detail::require_readable_file("http", "tls.ca_file", tls.ca_file);
 }
 
 namespace http_detail {
@@ -153,6 +159,12 @@ bool iequals(std::string_view a, std::string_view b) noexcept {
   for (std::size_t i = 0; i < a.size(); ++i)
     if (lower(a[i]) != lower(b[i])) return false;
   return true;
+}
+
+void require_readable_file(std::string_view op, std::string_view option, const std::string& file) {
+  if (file.empty()) invalid_option(op, option, "a file name", "\"\"");
+  std::ifstream in(file);
+  if (!in) invalid_option(op, option, "a readable file", fmt::format("\"{}\"", file));
 }
 
 namespace {
@@ -530,15 +542,17 @@ std::optional<double> parse_retry_after(std::string_view value, std::int64_t wal
 
 url_parts parse_url(std::string_view url) {
   auto bad = [&](std::string_view rule) { invalid_option("http", "url", rule, fmt::format("\"{}\"", url)); };
-  constexpr std::string_view scheme = "http://";
-  if (url.size() >= 8 && iequals(url.substr(0, 8), "https://")) bad("an http:// URL (https is not supported)");
-  if (url.size() < scheme.size() || !iequals(url.substr(0, scheme.size()), scheme)) bad("an http:// URL");
+  const bool tls = url.size() >= 8 && iequals(url.substr(0, 8), "https://");
+  const std::string_view scheme = tls ? "https://" : "http://";
+  if (url.size() < scheme.size() || !iequals(url.substr(0, scheme.size()), scheme)) bad("an http:// or https:// URL");
   std::string_view rest = url.substr(scheme.size());
   const auto slash = rest.find_first_of("/?");
   std::string_view authority = rest.substr(0, slash);
   std::string_view target = slash == std::string_view::npos ? std::string_view{} : rest.substr(slash);
   if (authority.find('@') != std::string_view::npos) bad("a URL without user info");
   url_parts u;
+  u.tls = tls;
+  u.port = tls ? 443 : 80;
   std::string_view port_text;
   if (!authority.empty() && authority.front() == '[') {
     const auto close = authority.find(']');
@@ -565,7 +579,7 @@ url_parts parse_url(std::string_view url) {
   }
   u.target = target.empty() ? "/" : (target.front() == '?' ? "/" + std::string(target) : std::string(target));
   const bool v6 = u.host.find(':') != std::string::npos;
-  u.host_header = (v6 ? "[" + u.host + "]" : u.host) + (u.port == 80 ? "" : ":" + std::to_string(u.port));
+  u.host_header = (v6 ? "[" + u.host + "]" : u.host) + (u.port == (tls ? 443 : 80) ? "" : ":" + std::to_string(u.port));
   return u;
 }
 

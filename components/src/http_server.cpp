@@ -1,19 +1,26 @@
 // The HTTP server behind rc::http_source: one per (host, port) and context, shared by its routes.
 //
-// Each connection is a small state machine on its own strand (the io_context itself when the
-// context runs one thread), driven by callbacks:
-//   idle --first byte--> reading --request parsed--> busy (pipeline runs, then the response is
-//   written) --> idle (keep-alive) or closed.
-// Beast's parser is fed from our own reads, so the connection always knows what it is waiting
-// for: the idle timeout runs until a request's first byte, the read timeout from there to its
-// last (a slowloris client gets 408 however slowly it trickles), the write timeout while a
-// response is going out. One lazily re-armed timer per connection serves all three: moving a
-// deadline later costs nothing, the timer finds out when it fires.
+// Each connection is one coroutine (Boost.Asio C++20 coroutines) on its own strand (the
+// io_context itself when the context runs one thread): read a request, answer it, write the
+// response, again while the connection is kept alive; reading a request and writing a response
+// are sub-coroutines. Deadlines are kept apart from the I/O, in a watchdog coroutine per
+// connection: the idle timeout runs until a request's first byte, the read timeout from there to
+// its last (a slowloris client gets 408 however slowly it trickles), the response timeout while
+// the pipeline runs, the write timeout while a response is going out. When one passes, the
+// watchdog cancels what the connection waits for, and the connection answers for the phase it
+// is in. Moving a deadline later costs nothing: the watchdog finds out when it wakes.
 //
 // While a request is busy a read stays outstanding, so a client that goes away is noticed at
 // once (EOF or reset, as Node's default): the exchange's abort signal fires, the gates waiting
 // for it give their slot back and drop it, and nothing is written. Bytes the client pipelines in
 // the meantime are kept for the next request (up to watch_limit).
+//
+// HTTPS: the connection is a template over its stream, a plain TCP socket or a TLS stream over
+// one, so the plain path is the code it was (no virtual call, no extra allocation). A TLS
+// connection first handshakes within read_timeout (the watchdog closes one that never does; a
+// client speaking plain HTTP to it fails the handshake and is closed), writes every response
+// through the stream's asynchronous path (the eager write_some is plain TCP only: a TLS record
+// cannot be half-written), and ends with a close_notify exchange bounded by the linger time.
 //
 // Pipelines run on the context's io_context like everything else: a route whose steps are all
 // synchronous runs inline on the connection's strand; others are spawned as rc::tasks and hand
@@ -22,11 +29,18 @@
 
 #include <algorithm>
 #include <array>
+#include <boost/asio/as_tuple.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/deferred.hpp>
+#include <boost/asio/detached.hpp>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/error.hpp>
@@ -196,18 +210,48 @@ struct route_match {
   std::string allow;  // methods served at the path, for 405
 };
 
-class connection;
+// What the server knows of a connection, whichever its stream.
+class connection_base : public std::enable_shared_from_this<connection_base> {
+ public:
+  virtual ~connection_base() = default;
+  /// The server is stopping: a connection waiting for a request closes now, one answering a
+  /// request after its response.
+  virtual void stop_soon() = 0;
+};
+
+// The TLS context of a server, from its options: RC5003 naming the file that does not load.
+asio::ssl::context make_server_tls(const tls_server& t) {
+  asio::ssl::context c(asio::ssl::context::tls_server);
+  SSL_CTX_set_min_proto_version(c.native_handle(), TLS1_2_VERSION);
+  c.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_compression |
+                asio::ssl::context::single_dh_use);
+  beast::error_code ec;
+  c.use_certificate_chain_file(t.cert_file, ec);
+  if (ec)
+    invalid_option("http_source", "tls.cert_file", "a PEM certificate chain",
+                   fmt::format("\"{}\" ({})", t.cert_file, ec.message()));
+  c.use_private_key_file(t.key_file, asio::ssl::context::pem, ec);
+  if (ec)
+    invalid_option("http_source", "tls.key_file", "a PEM private key",
+                   fmt::format("\"{}\" ({})", t.key_file, ec.message()));
+  if (SSL_CTX_check_private_key(c.native_handle()) != 1)
+    invalid_option("http_source", "tls.key_file", "the private key of tls.cert_file",
+                   fmt::format("\"{}\"", t.key_file));
+  return c;
+}
 
 // ---- the server -------------------------------------------------------------------------------
 
 class server : public std::enable_shared_from_this<server> {
  public:
-  server(context& ctx, const tcp::endpoint& ep, http_server_options options)
+  server(context& ctx, const tcp::endpoint& ep, http_server_options options, std::optional<tls_server> tls)
       : ctx_(ctx),
         options_(std::move(options)),
+        tls_options_(std::move(tls)),
         resolver_(options_),
         acceptor_(asio::make_strand(ctx.io())),
         retry_timer_(acceptor_.get_executor()) {
+    if (tls_options_) tls_.emplace(make_server_tls(*tls_options_));
     beast::error_code ec;
     acceptor_.open(ep.protocol(), ec);
     if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
@@ -224,6 +268,7 @@ class server : public std::enable_shared_from_this<server> {
   std::uint16_t port() const noexcept { return port_; }
   context& ctx() noexcept { return ctx_; }
   const http_server_options& options() const noexcept { return options_; }
+  const std::optional<tls_server>& tls_options() const noexcept { return tls_options_; }
   const http_detail::client_resolver& resolver() const noexcept { return resolver_; }
   bool stopping() const noexcept { return stopping_.load(std::memory_order_acquire); }
 
@@ -273,11 +318,11 @@ class server : public std::enable_shared_from_this<server> {
 
   // Connection bookkeeping (any thread).
   bool admit() { return open_.fetch_add(1, std::memory_order_acq_rel) < options_.max_connections; }
-  void opened(connection* c) {
+  void opened(connection_base* c) {
     std::lock_guard lock(mutex_);
     live_.insert(c);
   }
-  void closed(connection* c, bool counted) {
+  void closed(connection_base* c, bool counted) {
     if (counted) open_.fetch_sub(1, std::memory_order_acq_rel);
     std::lock_guard lock(mutex_);
     live_.erase(c);
@@ -296,16 +341,20 @@ class server : public std::enable_shared_from_this<server> {
   }
 
   void accept();
+  template <class Stream>
+  void admit_connection(Stream stream);
 
   context& ctx_;
   http_server_options options_;
+  std::optional<tls_server> tls_options_;
+  std::optional<asio::ssl::context> tls_;
   http_detail::client_resolver resolver_;
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
   std::uint16_t port_ = 0;
   mutable std::mutex mutex_;  // routes_, live_
   std::vector<route_entry> routes_;
-  std::unordered_set<connection*> live_;
+  std::unordered_set<connection_base*> live_;
   std::atomic<std::size_t> open_{0};
   std::atomic<std::size_t> overflow_{0};
   std::atomic<bool> stopping_{false};
@@ -313,12 +362,16 @@ class server : public std::enable_shared_from_this<server> {
 
 // ---- one connection ---------------------------------------------------------------------------
 
-class connection : public std::enable_shared_from_this<connection> {
+template <class Stream>
+class connection final : public connection_base {
+  static constexpr bool is_tls = !std::is_same_v<Stream, tcp::socket>;
+
  public:
-  connection(std::shared_ptr<server> srv, tcp::socket socket, bool counted)
+  connection(std::shared_ptr<server> srv, Stream stream, bool counted)
       : server_(std::move(srv)),
-        socket_(std::move(socket)),
+        socket_(std::move(stream)),
         timer_(socket_.get_executor()),
+        wake_(socket_.get_executor(), steady::time_point::max()),
         counted_(counted),
         bus_(server_->ctx().events()) {}
 
@@ -333,12 +386,13 @@ class connection : public std::enable_shared_from_this<connection> {
   void start() {
     server_->opened(this);
     beast::error_code ec;
-    const auto remote = socket_.remote_endpoint(ec);
+    const auto remote = layer().remote_endpoint(ec);
     if (ec) {
       close();
       return;
     }
-    socket_.set_option(tcp::no_delay(true), ec);
+    layer().set_option(tcp::no_delay(true), ec);
+    if constexpr (!is_tls) layer().non_blocking(true, ec);  // write_response() writes what fits at once
     const auto addr = http_detail::parse_ip(remote.address().to_string());
     peer_ = addr.value_or(http_detail::ip_address{});
     peer_text_ = http_detail::format_ip(peer_);
@@ -346,126 +400,190 @@ class connection : public std::enable_shared_from_this<connection> {
     const auto& resolver = server_->resolver();
     per_request_identity_ = resolver.trusts_anyone() && resolver.trusted(peer_);
     default_key_ = resolver.key_of(peer_);
-    set_deadline(steady::now() + server_->options().idle_timeout);
-    do_read();
+    launch(&connection::serve);
   }
 
   /// Over max_connections: say so and go.
   void turn_away() {
     server_->opened(this);
-    busy_ = true;
+    beast::error_code ec;
+    if constexpr (!is_tls) layer().non_blocking(true, ec);
     close_after_ = true;
-    response_parts r = http_detail::error_response(503, "service_unavailable", "too many connections");
-    r.headers.emplace_back("Retry-After", "1");
-    respond(std::move(r));
+    launch(&connection::refuse);
   }
 
-  /// The server is stopping: idle connections close now, busy ones after their response.
-  void stop_soon() {
-    asio::dispatch(socket_.get_executor(), [self = shared_from_this()] {
+  void stop_soon() override {
+    asio::dispatch(socket_.get_executor(), [self = self()] {
       if (self->closed_) return;
       self->close_after_ = true;
-      if (!self->busy_) self->close();
+      if (self->phase_ == phase::handshake || self->phase_ == phase::idle || self->phase_ == phase::reading ||
+          self->phase_ == phase::lingering)
+        self->close();
     });
   }
 
  private:
-  // ---- reading ----
-  void do_read() {
-    if (read_pending_ || closed_) return;
-    read_pending_ = true;
-    // Into a buffer of its own: `in_` is consumed by the parser while this read is pending.
-    socket_.async_read_some(asio::buffer(chunk_),
-                            [self = shared_from_this()](beast::error_code ec, std::size_t n) { self->on_read(ec, n); });
+  // What the connection is doing: tells the watchdog what a passed deadline means, and
+  // stop_soon() whether a request is being answered.
+  enum class phase : std::uint8_t { handshake, idle, reading, running, writing, lingering };
+
+  std::shared_ptr<connection> self() { return std::static_pointer_cast<connection>(shared_from_this()); }
+  auto& layer() noexcept { return socket_.lowest_layer(); }
+  enum class read_end : std::uint8_t { request, refused, closed };
+
+  // co_await an operation directly (no frame of its own to start it), its outcome as a tuple.
+  static constexpr auto use_tuple = asio::as_tuple(asio::deferred);
+
+  // The connection's coroutine and its watchdog, on the connection's executor (its strand).
+  void launch(asio::awaitable<void> (connection::*body)(std::shared_ptr<connection>)) {
+    auto executor = socket_.get_executor();
+    asio::co_spawn(executor, watchdog(self()), asio::detached);
+    asio::co_spawn(executor, (this->*body)(self()), asio::detached);
   }
 
-  void on_read(beast::error_code ec, std::size_t n) {
-    read_pending_ = false;
-    if (closed_) return;
-    if (ec) {
-      if (busy_ && !response_started_) {
-        client_gone();
-      } else if (busy_) {
-        close_after_ = true;  // the response goes out if it can; then we close
-      } else {
-        close();
-      }
-      return;
-    }
-    if (lingering_) {
-      do_read();
-      return;
-    }
-    in_.commit(asio::buffer_copy(in_.prepare(n), asio::buffer(chunk_, n)));
-    if (busy_) {
-      if (in_.size() < watch_limit) do_read();  // keep listening for the client going away
-      return;
-    }
-    parse();
-  }
-
-  void parse() {
-    if (closed_ || busy_) return;
-    if (close_after_) {  // the server is stopping: no new request on this connection
-      close();
-      return;
-    }
-    for (;;) {
-      if (!parser_ && in_.size() > 0 && !skip_blank_lines()) return;
-      if (in_.size() == 0) {
-        if (!parser_) {
-          if (in_.capacity() > watch_limit) in_.shrink_to_fit();
-          // Empty lines alone do not start a request, nor put the idle deadline off.
-          if (blank_ == 0) set_deadline(steady::now() + server_->options().idle_timeout);
-        } else {
-          maybe_continue();
+  // ---- the connection, from first byte to close ----
+  asio::awaitable<void> serve([[maybe_unused]] std::shared_ptr<connection> self) {
+    try {
+      if constexpr (is_tls) {
+        if (!co_await handshake()) {
+          close();
+          co_return;
         }
-        do_read();
-        return;
       }
-      if (!parser_) {
-        const auto& o = server_->options();
-        parser_.emplace();
-        parser_->header_limit(static_cast<std::uint32_t>(o.max_header_bytes));
-        parser_->body_limit(o.max_body_bytes);
-        parser_->eager(true);
-        continue_sent_ = false;
-        header_checked_ = false;
-        set_deadline(steady::now() + o.read_timeout);
+      while (!closed_) {
+        response_parts r;
+        const read_end got = co_await read_request(r);
+        if (got == read_end::closed) {
+          if constexpr (is_tls)
+            if (timed_out_ && !closed_) co_await tls_shutdown();  // idle: say goodbye
+          break;
+        }
+        // A pipeline answer() starts elsewhere is awaited; its client may go away meanwhile.
+        if (got == read_end::request && answer(r) && !co_await await_pipeline(r)) break;
+        if (!start_response(r) || !co_await write_response()) break;
+        release_work();
+        if (close_after_) {
+          co_await linger();
+          break;
+        }
       }
-      beast::error_code ec;
-      const std::size_t used = parser_->put(in_.data(), ec);
-      in_.consume(used);
-      // The framing is decided from the header alone: judge it before anything else happens
-      // (100 Continue, reading the body, answering).
-      if (!header_checked_ && parser_->is_header_done()) {
-        header_checked_ = true;
-        if (!header_acceptable()) return;
-      }
-      if (ec == bhttp::error::need_more || (!ec && used == 0 && !parser_->is_done())) {
-        if (!pending_chunk_lines_acceptable()) return;
-        maybe_continue();
-        do_read();
-        return;
-      }
-      if (ec) {
-        parse_error(ec);
-        return;
-      }
-      if (parser_->is_done()) {
-        dispatch();
-        return;
-      }
-      if (used == 0) {  // nothing consumed, no error: wait for more
-        do_read();
-        return;
-      }
+    } catch (...) {  // out of memory and the like: the connection goes, the thread stays
     }
+    close();
+  }
+
+  asio::awaitable<void> refuse([[maybe_unused]] std::shared_ptr<connection> self) {
+    try {
+      response_parts r = http_detail::error_response(503, "service_unavailable", "too many connections");
+      r.headers.emplace_back("Retry-After", "1");
+      bool ready = true;
+      if constexpr (is_tls) ready = co_await handshake();
+      if (ready && start_response(r) && co_await write_response()) co_await linger();
+    } catch (...) {
+    }
+    close();
+  }
+
+  // ---- TLS ----
+  // The handshake, within read_timeout: false when it failed or did not finish in time. TLS only.
+  asio::awaitable<bool> handshake() {
+    phase_ = phase::handshake;
+    set_deadline(steady::now() + server_->options().read_timeout);
+    auto [ec] = co_await socket_.async_handshake(asio::ssl::stream_base::server, use_tuple);
+    co_return !ec && !timed_out_ && !closed_;
+  }
+
+  // close_notify both ways, within the linger time; the socket closes after it either way.
+  asio::awaitable<void> tls_shutdown() {
+    if constexpr (is_tls) {
+      phase_ = phase::lingering;
+      set_deadline(steady::now() + std::min<steady::duration>(linger_time, server_->options().read_timeout));
+      (void)co_await socket_.async_shutdown(use_tuple);
+    }
+    co_return;
+  }
+
+  // ---- reading a request ----
+  // Reads until a request is complete (request), a response refuses it (refused: `r` says
+  // what, and the connection closes after it) or the connection ends (closed).
+  asio::awaitable<read_end> read_request(response_parts& r) {
+    for (;;) {
+      if (closed_) co_return read_end::closed;
+      if (!parser_ && in_.size() > 0 && !skip_blank_lines(r)) co_return read_end::refused;
+      if (in_.size() > 0) {
+        if (!parser_) begin_request();
+        beast::error_code ec;
+        const std::size_t used = parser_->put(in_.data(), ec);
+        in_.consume(used);
+        // The framing is decided from the header alone: judge it before anything else happens
+        // (100 Continue, reading the body, answering).
+        if (!header_checked_ && parser_->is_header_done()) {
+          header_checked_ = true;
+          if (!header_acceptable(r)) co_return read_end::refused;
+        }
+        if (ec && ec != bhttp::error::need_more) {
+          parse_error(ec, r);
+          co_return read_end::refused;
+        }
+        if (parser_->is_done()) co_return read_end::request;
+        if (!ec && used > 0) continue;  // more of the buffer to parse
+        if (!pending_chunk_lines_acceptable(r)) co_return read_end::refused;
+        if (!co_await maybe_continue()) co_return read_end::closed;
+      } else if (!parser_) {
+        if (close_after_) co_return read_end::closed;  // the server is stopping
+        phase_ = phase::idle;
+        if (in_.capacity() > watch_limit) in_.shrink_to_fit();
+        // Empty lines alone do not start a request, nor put the idle deadline off.
+        if (blank_ == 0) set_deadline(steady::now() + server_->options().idle_timeout);
+      } else if (!co_await maybe_continue()) {
+        co_return read_end::closed;
+      }
+      auto [ec, n] = co_await socket_.async_read_some(in_.prepare(read_chunk), use_tuple);
+      if (closed_) co_return read_end::closed;
+      if (timed_out_) {
+        if (!parser_) co_return read_end::closed;  // idle keep-alive connection
+        // A request started and did not finish in time: 408, however slowly it trickled in.
+        r = refusal(408, "request_timeout", "the request was not received in time");
+        co_return read_end::refused;
+      }
+      if (ec) co_return read_end::closed;
+      in_.commit(n);
+    }
+  }
+
+  void begin_request() {
+    const auto& o = server_->options();
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(o.max_header_bytes));
+    parser_->body_limit(o.max_body_bytes);
+    parser_->eager(true);
+    continue_sent_ = false;
+    header_checked_ = false;
+    phase_ = phase::reading;
+    set_deadline(steady::now() + o.read_timeout);
+  }
+
+  asio::awaitable<bool> maybe_continue() {
+    if (!parser_ || continue_sent_ || !parser_->is_header_done() || parser_->is_done()) co_return true;
+    const auto expect = parser_->get()[bhttp::field::expect];
+    if (!http_detail::iequals(expect, "100-continue")) co_return true;
+    continue_sent_ = true;
+    static constexpr std::string_view interim = "HTTP/1.1 100 Continue\r\n\r\n";
+    auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(interim), use_tuple);
+    co_return !ec && !closed_;
+  }
+
+  // A response after which the connection cannot go on: it closes.
+  response_parts refusal(int status, std::string_view code, std::string_view message) {
+    parser_.reset();
+    head_ = false;  // the request's method is not to be trusted either: the body goes out
+    close_after_ = true;
+    return http_detail::error_response(status, code, message);
   }
 
   // Empty lines before a request line are skipped (RFC 9112 section 2.2), up to
-  // leading_blank_limit bytes since the last request. False when the connection is done for.
-  bool skip_blank_lines() {
+  // leading_blank_limit bytes since the last request. False when the request is refused.
+  bool skip_blank_lines(response_parts& r) {
     const auto* data = static_cast<const char*>(in_.data().data());
     const std::size_t size = in_.size();
     std::size_t n = 0;
@@ -474,9 +592,9 @@ class connection : public std::enable_shared_from_this<connection> {
     in_.consume(n);
     blank_ += n;
     if (blank_ <= http_server_options::leading_blank_limit) return true;
-    reject(400, "bad_request",
-           fmt::format("more than {} bytes of empty lines before the request line",
-                       http_server_options::leading_blank_limit));
+    r = refusal(400, "bad_request",
+                fmt::format("more than {} bytes of empty lines before the request line",
+                            http_server_options::leading_blank_limit));
     return false;
   }
 
@@ -487,22 +605,22 @@ class connection : public std::enable_shared_from_this<connection> {
   // coding is not a single chunked, is 400; chunked after another coding (gzip, chunked) is 501,
   // as we decode none. Every refusal closes the connection: the rest of the stream cannot be
   // framed. No allocation: the fields are read in place.
-  bool header_acceptable() {
+  bool header_acceptable(response_parts& r) {
     const auto& req = parser_->get();
     const std::size_t hosts = req.count(bhttp::field::host);
     if (hosts > 1 || (hosts == 0 && req.version() >= 11)) {
-      reject(400, "bad_request",
-             hosts > 1 ? "a request may carry one Host header only" : "an HTTP/1.1 request needs a Host header");
+      r = refusal(400, "bad_request",
+                  hosts > 1 ? "a request may carry one Host header only" : "an HTTP/1.1 request needs a Host header");
       return false;
     }
     const auto [first, last] = req.equal_range(bhttp::field::transfer_encoding);
     if (first == last) return true;
     if (req.count(bhttp::field::content_length) > 0) {
-      reject(400, "bad_request", "a request may not carry both Transfer-Encoding and Content-Length");
+      r = refusal(400, "bad_request", "a request may not carry both Transfer-Encoding and Content-Length");
       return false;
     }
     if (req.version() < 11) {
-      reject(400, "bad_request", "Transfer-Encoding is not allowed in an HTTP/1.0 request");
+      r = refusal(400, "bad_request", "Transfer-Encoding is not allowed in an HTTP/1.0 request");
       return false;
     }
     std::size_t codings = 0;
@@ -523,11 +641,11 @@ class connection : public std::enable_shared_from_this<connection> {
       }
     }
     if (codings == 0 || !last_chunked || chunked_before_last || !parser_->chunked()) {
-      reject(400, "bad_request", "the final transfer coding of a request must be chunked, once");
+      r = refusal(400, "bad_request", "the final transfer coding of a request must be chunked, once");
       return false;
     }
     if (other) {
-      reject(501, "not_implemented", "no transfer coding other than chunked is supported");
+      r = refusal(501, "not_implemented", "no transfer coding other than chunked is supported");
       return false;
     }
     return true;
@@ -536,7 +654,7 @@ class connection : public std::enable_shared_from_this<connection> {
   // Beast buffers a chunk-size line, its extensions and the trailer section without a bound of
   // its own: they stay in `in_`, unconsumed, until they end. Hold the line to chunk_line_limit
   // and the trailers to max_header_bytes.
-  bool pending_chunk_lines_acceptable() {
+  bool pending_chunk_lines_acceptable(response_parts& r) {
     if (!parser_->is_header_done() || !parser_->chunked() || parser_->is_done()) return true;
     std::string_view pending(static_cast<const char*>(in_.data().data()), in_.size());
     if (pending.size() <= std::min(http_server_options::chunk_line_limit, server_->options().max_header_bytes))
@@ -544,69 +662,86 @@ class connection : public std::enable_shared_from_this<connection> {
     if (pending.substr(0, 2) == "\r\n") pending.remove_prefix(2);  // the end of the last chunk's data
     const auto eol = pending.find("\r\n");
     if (eol == std::string_view::npos || eol > http_server_options::chunk_line_limit) {
-      reject(400, "bad_request",
-             fmt::format("a chunk-size line exceeds {} bytes", http_server_options::chunk_line_limit));
+      r = refusal(400, "bad_request",
+                  fmt::format("a chunk-size line exceeds {} bytes", http_server_options::chunk_line_limit));
       return false;
     }
     // A complete line left unconsumed is the last chunk's: the trailer section follows it.
     if (pending.size() - eol - 2 > server_->options().max_header_bytes) {
-      reject(400, "bad_request", fmt::format("request trailers exceed {} bytes", server_->options().max_header_bytes));
+      r = refusal(400, "bad_request",
+                  fmt::format("request trailers exceed {} bytes", server_->options().max_header_bytes));
       return false;
     }
     return true;
   }
 
-  // A request the connection cannot go on after: answer and close.
-  void reject(int status, std::string_view code, std::string_view message) {
-    parser_.reset();
-    head_ = false;  // the request's method is not to be trusted either: the body goes out
-    busy_ = true;
-    close_after_ = true;
-    respond(http_detail::error_response(status, code, message));
-  }
-
-  void maybe_continue() {
-    if (!parser_ || continue_sent_ || !parser_->is_header_done() || parser_->is_done()) return;
-    const auto expect = parser_->get()[bhttp::field::expect];
-    if (!http_detail::iequals(expect, "100-continue")) return;
-    continue_sent_ = true;
-    send("HTTP/1.1 100 Continue\r\n\r\n");
-  }
-
-  void parse_error(beast::error_code ec) {
-    // The stream cannot be trusted past a bad request: reject() closes.
+  void parse_error(beast::error_code ec, response_parts& r) {
     if (ec == bhttp::error::header_limit)
-      reject(431, "header_fields_too_large",
-             fmt::format("request headers exceed {} bytes", server_->options().max_header_bytes));
+      r = refusal(431, "header_fields_too_large",
+                  fmt::format("request headers exceed {} bytes", server_->options().max_header_bytes));
     else if (ec == bhttp::error::body_limit)
-      reject(413, "payload_too_large", fmt::format("request body exceeds {} bytes", server_->options().max_body_bytes));
+      r = refusal(413, "payload_too_large",
+                  fmt::format("request body exceeds {} bytes", server_->options().max_body_bytes));
     else
-      reject(400, "bad_request", "malformed HTTP request");
+      r = refusal(400, "bad_request", "malformed HTTP request");
   }
 
-  // ---- one request ----
-  void dispatch() {
+  // ---- answering a request ----
+  // Answers at once (`r` filled; false), or starts the pipeline elsewhere (true: await it).
+  bool answer(response_parts& r) {
+    phase_ = phase::running;
+    hold_work();
     try {
-      start_request();
+      return start_request(r);
     } catch (...) {  // out of memory and the like: answer rather than take the thread down
-      if (!response_started_ && !closed_) {
-        busy_ = true;
-        close_after_ = true;
-        respond(http_detail::error_response(500, code_string(errc::step_failed), "Internal Server Error"));
-      }
+      close_after_ = true;
+      r = http_detail::error_response(500, code_string(errc::step_failed), "Internal Server Error");
+      return false;
     }
   }
 
-  void start_request() {
+  // Waits for the pipeline started by answer() and fills `r`; false when the client went away
+  // meanwhile (nothing is to be written then). A read stays outstanding: that is how a
+  // departure is noticed. finish() and the watchdog interrupt it.
+  asio::awaitable<bool> await_pipeline(response_parts& r) {
+    for (;;) {
+      if (closed_) co_return false;
+      if (result_) break;
+      if (timed_out_) {  // response_timeout: answer now (the watchdog let the gates know)
+        close_after_ = true;
+        r = http_detail::error_response(503, code_string(errc::timed_out), "the response was not ready in time");
+        co_return true;
+      }
+      if (in_.size() < watch_limit) {
+        auto [ec, n] = co_await socket_.async_read_some(in_.prepare(read_chunk), use_tuple);
+        if (!ec) {
+          in_.commit(n);  // pipelined: kept for the next request
+          continue;
+        }
+        if (ec == asio::error::operation_aborted) continue;  // woken: look again
+        gone_ = true;                                        // EOF or reset: the client went away
+        if (abort_) abort_->fire();
+        co_return false;
+      }
+      (void)co_await wake_.async_wait(use_tuple);
+    }
+    try {
+      r = http_detail::response_for(result_->result, result_->ex);
+    } catch (...) {  // a body that cannot be written: the client learns nothing more than that
+      r = http_detail::error_response(500, code_string(errc::step_failed), "Internal Server Error");
+    }
+    result_.reset();
+    co_return true;
+  }
+
+  // Answers at once (r filled; false), or starts the pipeline (true).
+  bool start_request(response_parts& r) {
     auto req = parser_->release();
     parser_.reset();
     blank_ = 0;
-    busy_ = true;
-    response_started_ = false;
     keep_alive_ = req.keep_alive();
     http10_ = req.version() < 11;
     head_ = req.method() == bhttp::verb::head;
-    hold_work();
 
     const std::string_view target(req.target().data(), req.target().size());
     const auto qmark = target.find('?');
@@ -623,28 +758,26 @@ class connection : public std::enable_shared_from_this<connection> {
 
     if (server_->stopping()) {
       close_after_ = true;
-      respond(http_detail::error_response(503, "service_unavailable", "the server is shutting down"));
-      return;
+      r = http_detail::error_response(503, "service_unavailable", "the server is shutting down");
+      return false;
     }
     http_headers params;
     const route_match m = server_->match(method, path, params);
     if (!m.route) {
       if (m.path_found) {
-        response_parts r =
-            http_detail::error_response(405, "method_not_allowed", fmt::format("{} is not allowed here", method));
+        r = http_detail::error_response(405, "method_not_allowed", fmt::format("{} is not allowed here", method));
         r.headers.emplace_back("Allow", m.allow);
-        respond(std::move(r));
       } else {
-        respond(http_detail::error_response(404, "not_found", "no route serves this path"));
+        r = http_detail::error_response(404, "not_found", "no route serves this path");
       }
-      return;
+      return false;
     }
     route_runtime& rt = *m.route;
     if (tracing) trace_route_ = rt.id();
     if (rt.intake().fired()) {
       close_after_ = true;
-      respond(http_detail::error_response(503, "service_unavailable", "the route is shutting down"));
-      return;
+      r = http_detail::error_response(503, "service_unavailable", "the route is shutting down");
+      return false;
     }
 
     http_request body;
@@ -663,9 +796,8 @@ class connection : public std::enable_shared_from_this<connection> {
       if (http_detail::is_json_content_type(std::string_view(ct.data(), ct.size()))) {
         auto parsed = nlohmann::json::parse(body.body, nullptr, false);
         if (parsed.is_discarded()) {
-          respond(
-              http_detail::error_response(400, code_string(errc::validation), "the request body is not valid JSON"));
-          return;
+          r = http_detail::error_response(400, code_string(errc::validation), "the request body is not valid JSON");
+          return false;
         }
         body.json = std::move(parsed);
       }
@@ -682,10 +814,7 @@ class connection : public std::enable_shared_from_this<connection> {
       body.client_key = default_key_;
     }
 
-    // Keep a read outstanding while the exchange runs: that is how a departure is noticed.
-    if (in_.size() < watch_limit) do_read();
     set_deadline(m.response_timeout ? steady::now() + *m.response_timeout : steady::time_point::max());
-
     exchange ex;
     rt.adopt(ex);
     ex.set_header(client_header, body.client_key);
@@ -697,13 +826,21 @@ class connection : public std::enable_shared_from_this<connection> {
     pipeline_running_ = true;
     if (m.response_timeout) ex.set_deadline(rt.now() + *m.response_timeout);
 
-    if (rt.all_synchronous()) {
-      finish(rt.process_now(std::move(ex)));
-      return;
+    if (rt.all_synchronous()) {  // inline, on this strand: no coroutine of the engine's at all
+      run_result done = rt.process_now(std::move(ex));
+      pipeline_running_ = false;
+      abort_.reset();
+      try {
+        r = http_detail::response_for(done.result, done.ex);
+      } catch (...) {
+        r = http_detail::error_response(500, code_string(errc::step_failed), "Internal Server Error");
+      }
+      return false;
     }
-    rc::spawn(rt.frames(), [self = shared_from_this(), route = &rt, ex = std::move(ex)]() mutable {
+    rc::spawn(rt.frames(), [self = self(), route = &rt, ex = std::move(ex)]() mutable {
       return run_exchange(std::move(self), route, std::move(ex));
     });
+    return true;
   }
 
   static task<void> run_exchange(std::shared_ptr<connection> self, route_runtime* rt, exchange ex) {
@@ -712,38 +849,60 @@ class connection : public std::enable_shared_from_this<connection> {
     asio::dispatch(executor, [self = std::move(self), r = std::move(r)]() mutable { self->finish(std::move(r)); });
   }
 
+  // On the strand, when an exchange run elsewhere is over.
   void finish(run_result r) {
-    // The exchange is over: its abort signal can go (it must not outlive the context's clock).
+    // Its abort signal can go now (it must not outlive the context's clock).
     pipeline_running_ = false;
     abort_.reset();
-    if (closed_ || gone_ || response_started_) return;  // nobody to answer, or answered already
-    response_parts parts;
-    try {
-      parts = http_detail::response_for(r.result, r.ex);
-    } catch (...) {  // a body that cannot be written: the client learns nothing more than that
-      parts = http_detail::error_response(500, code_string(errc::step_failed), "Internal Server Error");
-    }
-    respond(std::move(parts));
+    if (closed_ || gone_ || phase_ != phase::running || timed_out_) return;  // nobody waits for it
+    result_.emplace(std::move(r));
+    wake();
   }
 
-  void client_gone() {
-    gone_ = true;
-    if (abort_) abort_->fire();
-    close();
+  // Interrupts whatever the connection's coroutine waits for; it looks at its state again.
+  void wake() {
+    beast::error_code ec;
+    layer().cancel(ec);
+    wake_.cancel();
   }
 
-  // ---- writing ----
-  void respond(response_parts r) {
-    response_started_ = true;
+  // ---- writing a response ----
+  // Serialises `r` and writes what the socket takes at once: all of it for most responses, which
+  // then need no wait at all. False when the connection is done for.
+  bool start_response(const response_parts& r) {
     const bool keep = keep_alive_ && !close_after_ && !server_->stopping();
     if (!keep) close_after_ = true;
     if (!trace_method_.empty()) trace(r.status);
+    out_.clear();  // its capacity is reused from one response to the next
+    http_detail::serialize_response(out_, r, head_, keep, http10_);
+    phase_ = phase::writing;
+    written_ = 0;
+    if constexpr (is_tls) {
+      return true;  // all of it through write_response()
+    } else {
+      beast::error_code ec;
+      written_ = socket_.write_some(asio::buffer(out_), ec);
+      if (ec == asio::error::would_block || ec == asio::error::try_again) {
+        ec = {};
+        written_ = 0;
+      }
+      return !ec || write_failed();
+    }
+  }
+
+  // The rest of the response, within write_timeout. False when it could not be written.
+  asio::awaitable<bool> write_response() {
+    if (written_ == out_.size()) co_return true;
     set_deadline(steady::now() + server_->options().write_timeout);
-    // Straight into the output buffer (its capacity is reused from one response to the next).
-    std::string& target = writing_ ? queued_ : out_;
-    if (!writing_) out_.clear();
-    http_detail::serialize_response(target, r, head_, keep, http10_);
-    if (!writing_) start_write();
+    auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(out_) + written_, use_tuple);
+    if (ec || timed_out_ || closed_) co_return write_failed();
+    co_return true;
+  }
+
+  // The client does not read what we write, or is gone.
+  bool write_failed() {
+    if (pipeline_running_ && abort_) abort_->fire();
+    return false;
   }
 
   void trace(int status) {
@@ -760,120 +919,34 @@ class connection : public std::enable_shared_from_this<connection> {
     trace_method_.clear();
   }
 
-  void send(std::string_view bytes) {
-    if (writing_) {
-      queued_ += bytes;
-      return;
-    }
-    out_.assign(bytes);
-    start_write();
-  }
-
-  void start_write() {
-    writing_ = true;
-    asio::async_write(socket_, asio::buffer(out_),
-                      [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_write(ec); });
-  }
-
-  void on_write(beast::error_code ec) {
-    writing_ = false;
-    if (closed_) return;
-    if (ec) {
-      if (busy_ && !response_started_)
-        client_gone();
-      else
-        close();
-      return;
-    }
-    if (!queued_.empty()) {
-      out_.swap(queued_);
-      queued_.clear();
-      start_write();
-      return;
-    }
-    if (busy_ && response_started_) after_response();
-  }
-
-  void after_response() {
-    busy_ = false;
-    release_work();
-    if (close_after_) {
-      linger_close();
-      return;
-    }
-    parse();  // a pipelined request may be waiting already
-  }
-
-  // ---- time ----
-  void set_deadline(steady::time_point t) {
-    deadline_ = t;
-    if (t < timer_at_) arm(t);
-  }
-
-  void arm(steady::time_point t) {
-    timer_at_ = t;
-    timer_.expires_at(t);
-    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
-      if (ec == asio::error::operation_aborted) return;  // re-armed earlier, or closed
-      self->timer_at_ = steady::time_point::max();
-      if (self->closed_) return;
-      if (steady::now() < self->deadline_) {
-        if (self->deadline_ != steady::time_point::max()) self->arm(self->deadline_);
-        return;
-      }
-      self->on_deadline();
-    });
-  }
-
-  void on_deadline() {
-    if (lingering_) {
-      close();
-      return;
-    }
-    if (busy_) {
-      if (!response_started_) {  // response_timeout: answer now, and let the gates know
-        if (abort_) abort_->fire();
-        close_after_ = true;
-        respond(http_detail::error_response(503, code_string(errc::timed_out), "the response was not ready in time"));
-      } else {  // the client does not read what we write
-        if (abort_) abort_->fire();
-        close();
-      }
-      return;
-    }
-    if (parser_) {  // a request started and did not finish in time
-      parser_.reset();
-      busy_ = true;
-      close_after_ = true;
-      respond(http_detail::error_response(408, "request_timeout", "the request was not received in time"));
-      return;
-    }
-    close();  // idle keep-alive connection
-  }
-
   // ---- closing ----
   // After an error response the client may still be sending: closing at once would reset the
   // connection and could destroy the response before it is read. Stop sending, read and discard
   // for a moment, then close.
-  void linger_close() {
-    beast::error_code ec;
-    socket_.shutdown(tcp::socket::shutdown_send, ec);
-    if (ec) {
-      close();
-      return;
+  asio::awaitable<void> linger() {
+    if constexpr (is_tls) {
+      co_await tls_shutdown();
+      co_return;
     }
-    lingering_ = true;
-    in_.consume(in_.size());
+    beast::error_code ec;
+    layer().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) co_return;
+    phase_ = phase::lingering;
     set_deadline(steady::now() + std::min<steady::duration>(linger_time, server_->options().read_timeout));
-    do_read();
+    for (;;) {
+      in_.consume(in_.size());
+      auto [rec, n] = co_await socket_.async_read_some(in_.prepare(read_chunk), use_tuple);
+      if (rec || timed_out_ || closed_) co_return;
+    }
   }
 
   void close() {
     if (closed_) return;
     closed_ = true;
     beast::error_code ec;
-    socket_.close(ec);
+    layer().close(ec);
     timer_.cancel();
+    wake_.cancel();
     server_->closed(this, counted_);
     if (!counted_) server_->overflow().fetch_sub(1, std::memory_order_acq_rel);
     if (!pipeline_running_) abort_.reset();
@@ -891,17 +964,44 @@ class connection : public std::enable_shared_from_this<connection> {
     server_->ctx().work_finished();
   }
 
+  // ---- the watchdog: deadlines, apart from the I/O ----
+  // One deadline at a time, for the phase the connection is in. Moving it later costs nothing
+  // (the watchdog finds out when it wakes); moving it earlier wakes the watchdog to re-arm.
+  void set_deadline(steady::time_point t) {
+    deadline_ = t;
+    timed_out_ = false;
+    if (t < timer_at_) timer_.cancel();
+  }
+
+  asio::awaitable<void> watchdog([[maybe_unused]] std::shared_ptr<connection> self) {
+    while (!closed_) {
+      timer_at_ = deadline_;
+      timer_.expires_at(deadline_);
+      (void)co_await timer_.async_wait(use_tuple);
+      timer_at_ = steady::time_point::max();
+      if (closed_) break;
+      if (steady::now() < deadline_) continue;  // moved, or re-armed earlier
+      // Passed: cancel what the connection waits for; it sees timed_out_ and knows what it means
+      // where it is (handshake, idle: close; reading: 408; running: 503; writing, lingering: close).
+      deadline_ = steady::time_point::max();
+      timed_out_ = true;
+      if (phase_ == phase::running && abort_) abort_->fire();  // the gates let the exchange go
+      wake();
+    }
+  }
+
   std::shared_ptr<server> server_;
-  tcp::socket socket_;
-  asio::steady_timer timer_;
+  Stream socket_;             // tcp::socket, or asio::ssl::stream<tcp::socket>
+  asio::steady_timer timer_;  // the watchdog's
+  asio::steady_timer wake_;   // never expires: a wait on it ends when someone calls wake()
   bool counted_;
   event_bus& bus_;
-  std::array<char, read_chunk> chunk_;
   beast::flat_buffer in_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::string out_;
-  std::string queued_;
+  std::size_t written_ = 0;  // bytes of out_ the socket has taken
   std::optional<cancel_signal> abort_;
+  std::optional<run_result> result_;  // an exchange run elsewhere, handed back by finish()
 
   http_detail::ip_address peer_;
   std::string peer_text_;
@@ -911,19 +1011,16 @@ class connection : public std::enable_shared_from_this<connection> {
 
   steady::time_point deadline_ = steady::time_point::max();
   steady::time_point timer_at_ = steady::time_point::max();
+  phase phase_ = phase::idle;
+  bool timed_out_ = false;  // the watchdog found deadline_ passed
 
   std::string trace_method_, trace_path_, trace_route_, trace_client_;
   steady::time_point trace_started_{};
 
-  bool read_pending_ = false;
-  bool writing_ = false;
-  bool busy_ = false;              // a request is being answered (pipeline or response in flight)
-  bool response_started_ = false;  // its response is decided and going out
-  bool close_after_ = false;
-  bool lingering_ = false;
-  bool continue_sent_ = false;
-  bool header_checked_ = false;  // header_acceptable() has judged the current request
   std::size_t blank_ = 0;        // empty-line bytes skipped since the last request
+  bool header_checked_ = false;  // header_acceptable() has judged the current request
+  bool continue_sent_ = false;
+  bool close_after_ = false;  // no request after this one (an error, HTTP/1.0, a stopping server)
   bool gone_ = false;
   bool closed_ = false;
   bool keep_alive_ = true;
@@ -946,20 +1043,28 @@ void server::accept() {
       });
       return;
     }
-    if (self->admit()) {
-      std::make_shared<connection>(self, std::move(s), true)->start();
-    } else {
-      self->open_.fetch_sub(1, std::memory_order_acq_rel);
-      if (self->overflow_.fetch_add(1, std::memory_order_acq_rel) < overflow_limit) {
-        std::make_shared<connection>(self, std::move(s), false)->turn_away();
-      } else {
-        self->overflow_.fetch_sub(1, std::memory_order_acq_rel);
-        beast::error_code ignored;
-        s.close(ignored);
-      }
-    }
+    if (self->tls_)
+      self->admit_connection(asio::ssl::stream<tcp::socket>(std::move(s), *self->tls_));
+    else
+      self->admit_connection(std::move(s));
     self->accept();
   });
+}
+
+template <class Stream>
+void server::admit_connection(Stream stream) {
+  if (admit()) {
+    std::make_shared<connection<Stream>>(shared_from_this(), std::move(stream), true)->start();
+  } else {
+    open_.fetch_sub(1, std::memory_order_acq_rel);
+    if (overflow_.fetch_add(1, std::memory_order_acq_rel) < overflow_limit) {
+      std::make_shared<connection<Stream>>(shared_from_this(), std::move(stream), false)->turn_away();
+    } else {
+      overflow_.fetch_sub(1, std::memory_order_acq_rel);
+      beast::error_code ignored;
+      stream.lowest_layer().close(ignored);
+    }
+  }
 }
 
 void server::shutdown() {
@@ -969,7 +1074,7 @@ void server::shutdown() {
     self->acceptor_.close(ec);
     self->retry_timer_.cancel();
   });
-  std::vector<std::shared_ptr<connection>> open;
+  std::vector<std::shared_ptr<connection_base>> open;
   {
     std::lock_guard lock(mutex_);
     for (auto* c : live_)
@@ -991,19 +1096,26 @@ class http_server_registry {
     std::lock_guard lock(mutex_);
     // Port 0 routes of a host share one ephemeral server; a route naming that server's port
     // joins it too.
-    std::shared_ptr<server> s =
-        o.port == 0 ? find(ephemeral_, host) : find(servers_, std::pair<std::string, std::uint16_t>{host, o.port});
+    // A plain and a TLS port-0 route do not share one.
+    const std::string ephemeral_key = o.tls ? host + " tls" : host;
+    std::shared_ptr<server> s = o.port == 0 ? find(ephemeral_, ephemeral_key)
+                                            : find(servers_, std::pair<std::string, std::uint16_t>{host, o.port});
     if (s) {
+      if (o.tls != s->tls_options())
+        throw error(errc::misconfigured,
+                    fmt::format("http_source: route \"{}\" gives tls settings for {}:{} that differ from those of "
+                                "the routes already on it",
+                                rt.id(), host, s->port()));
       if (o.server != s->options() && o.server != http_server_options{})
         throw error(errc::misconfigured,
                     fmt::format("http_source: route \"{}\" gives server options for {}:{} that differ from those of "
                                 "the routes already on it; set them on one route, or the same on all",
                                 rt.id(), host, s->port()));
     } else {
-      s = std::make_shared<server>(ctx_, tcp::endpoint(asio::ip::make_address(host), o.port), o.server);
+      s = std::make_shared<server>(ctx_, tcp::endpoint(asio::ip::make_address(host), o.port), o.server, o.tls);
       s->start_accepting();
       servers_[{host, s->port()}] = s;
-      if (o.port == 0) ephemeral_[host] = s;
+      if (o.port == 0) ephemeral_[ephemeral_key] = s;
     }
     s->add(route_entry{o.method, o.path, path_pattern::parse(o.path), &rt, o.response_timeout});
     return s;

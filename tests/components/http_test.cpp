@@ -87,6 +87,30 @@ class raw_client {
     return eof_;
   }
 
+  /// True when bytes arrive within `timeout` (they are left unread).
+  bool readable_within(std::chrono::milliseconds timeout) {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, static_cast<int>(timeout.count())) > 0;
+  }
+
+  /// Caps the kernel's receive buffer (no autotuning): a client that reads nothing soon stalls
+  /// the server's writes.
+  void limit_receive_buffer(int bytes) { ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes); }
+
+  /// Reads until the server closes the connection; the bytes received, or nothing if it did not
+  /// close within `timeout`.
+  std::optional<std::size_t> drain(std::chrono::milliseconds timeout) {
+    const auto until = clock_type::now() + timeout;
+    std::size_t n = buffer_.size();
+    buffer_.clear();
+    while (fill(until)) {
+      n += buffer_.size();
+      buffer_.clear();
+    }
+    if (!eof_) return std::nullopt;
+    return n;
+  }
+
   void close() {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
@@ -616,7 +640,7 @@ TEST_CASE("http: oversized headers are 431, an oversized body 413, and the conne
   {  // chunked: the limit holds without a Content-Length too
     raw_client c(port);
     c.send("POST /u HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
-    for (int i = 0; i < 3; ++i) c.send("40\r\n" + std::string(64, 'c') + "\r\n");
+    for (int i = 0; i < 3; ++i) c.send(fmt::format("40\r\n{}\r\n", std::string(64, 'c')));
     const auto r = c.read();
     REQUIRE(r);
     CHECK(r->status == 413);
@@ -959,6 +983,22 @@ TEST_CASE("http: a request trickling in slower than read_timeout is 408 (slowlor
   CHECK(c.closed_within(3000ms));
 }
 
+TEST_CASE("http: a client that does not read its response is disconnected after write_timeout") {
+  rc::context ctx(quick_stop());
+  constexpr std::size_t size = 16 * 1024 * 1024;  // far more than the socket buffers hold
+  auto src = rc::http_source({.path = "/big", .server = {.write_timeout = 100ms}});
+  ctx.add(rc::craft().id("big").from(src).transform([](rc::http_request) { return std::string(size, 'x'); }));
+  running run(ctx);
+  raw_client c(src.port());
+  c.limit_receive_buffer(64 * 1024);
+  c.send(get("/big"));
+  REQUIRE(c.readable_within(5000ms));  // the response has started
+  std::this_thread::sleep_for(300ms);  // reads nothing: the server's write stalls
+  const auto received = c.drain(5000ms);
+  REQUIRE(received);        // the server closed the connection
+  CHECK(*received < size);  // before the response was all out
+}
+
 TEST_CASE("http: an idle keep-alive connection is closed after idle_timeout") {
   rc::context ctx(quick_stop());
   auto src = rc::http_source({.path = "/", .server = {.idle_timeout = 200ms}});
@@ -1255,7 +1295,7 @@ TEST_CASE("http client: retry waits at least the Retry-After of a 429 before the
 }
 
 TEST_CASE("http client: a refused connection is RC5010 (retryable) and a bad URL is RC5003 at build time") {
-  CHECK_THROWS_AS(rc::http({.url = "https://example.test/"}), rc::error);
+  CHECK_THROWS_AS(rc::http({.url = "http//example.test/"}), rc::error);
   CHECK_THROWS_AS(rc::http({.url = "ftp://x"}), rc::error);
   // A port nobody listens on: bind one, close it, call it.
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);

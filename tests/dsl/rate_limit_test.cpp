@@ -767,3 +767,95 @@ TEST_CASE("the slow-down and rate-limit stack reads as users write it, with desi
   CHECK(handler.count() == 3);
   ctx.stop();
 }
+
+// ---- a key flood against a full table ----------------------------------------------------------
+
+namespace {
+
+// 12,000 distinct clients, one request each, 1 ms apart, against max_keys 10,000 and a window of
+// one minute: the last 2,000 find every table entry still counting and overflow.
+std::vector<request> key_flood() {
+  std::vector<request> script;
+  for (int i = 0; i < 12'000; ++i) script.push_back({.at = i * 1ms, .client = fmt::format("flood-{}", i)});
+  return script;
+}
+
+}  // namespace
+
+TEST_CASE("after a 12,000-key flood of a 10,000-key table, new clients are still admitted on their first request") {
+  const auto counting = GENERATE(rc::counting::sliding, rc::counting::fixed);
+  const std::int64_t limit = GENERATE(1, 3);
+  CAPTURE(rc::to_string(counting), limit);
+  auto script = key_flood();
+  // Then 1,000 clients never seen, one request each.
+  for (int i = 0; i < 1'000; ++i) script.push_back({.at = 13s + i * 1ms, .client = fmt::format("new-{}", i)});
+  limit_run r;
+  r.run(script, {.limit = limit, .window = 1min, .key = rc::by_header("x-client"), .counting = counting});
+  int flood_passed = 0;
+  for (int id = 1; id <= 12'000; ++id) flood_passed += r.log[id].passed() ? 1 : 0;
+  int new_passed = 0;
+  for (int id = 12'001; id <= 13'000; ++id) new_passed += r.log[id].passed() ? 1 : 0;
+  INFO(flood_passed << " of 12,000 flood clients and " << new_passed << " of 1,000 new clients admitted");
+  CHECK(flood_passed >= 11'880);
+  CHECK(new_passed >= 990);  // one shared overflow window refused all 1,000
+  // The overflowed ones say so; their hit number is their own estimate.
+  CHECK(r.log[10'000].note("rateLimit")->used == 1);
+  REQUIRE(r.passed.size() == static_cast<std::size_t>(flood_passed + new_passed));
+  CHECK(r.passed.back()["overflow"] == true);
+  CHECK(r.passed.back()["hits"] == 1);
+}
+
+TEST_CASE("a flooding key over its own limit is still refused while it is counted in the overflow") {
+  const auto counting = GENERATE(rc::counting::sliding, rc::counting::fixed);
+  CAPTURE(rc::to_string(counting));
+  auto script = key_flood();
+  // flood-11000 overflowed with its first request; it now makes `limit` more: limit + 1 in all.
+  for (int i = 0; i < 3; ++i) script.push_back({.at = 13s + i * 1ms, .client = "flood-11000"});
+  // The table has room again only once its entries' hits have left (fixed: 60 s after each
+  // key's first hit); by 62 s the key's sketch hits still count, so it stays in the sketch.
+  script.push_back({.at = 62s, .client = "flood-11000"});
+  limit_run r;
+  r.run(script, {.limit = 3, .window = 1min, .key = rc::by_header("x-client"), .counting = counting});
+  REQUIRE(r.log[11'001].passed());
+  CHECK(r.log[12'001].passed());
+  CHECK(r.log[12'001].note("rateLimit")->used == 2);
+  CHECK(r.log[12'002].passed());
+  CHECK(r.log[12'002].note("rateLimit")->used == 3);
+  REQUIRE(r.log[12'003].refused());  // hit 4 of a limit of 3
+  const auto& d = r.log[12'003].failure->details();
+  CHECK(d["used"] == 4);
+  CHECK(d["key"] == "flood-11000");
+  CHECK(r.rejected.back()["overflow"] == true);
+  // fixed: the sketch's window opened at 10 s (the first overflow) and ends at 70 s, so at 62 s
+  // the key's 4 hits still count. sliding: 10-70 s is the current period, the same 4 hits.
+  REQUIRE(r.log[12'004].refused());
+  CHECK(r.log[12'004].failure->details()["used"] == 5);
+  CHECK(r.log[12'004].failure->details()["retry_after_ms"] == (counting == rc::counting::fixed ? 8000.0 : 68000.0));
+}
+
+TEST_CASE("the overflow sketch keeps a flood's memory within the table's bound plus the sketch") {
+  const auto counting = GENERATE(rc::counting::sliding, rc::counting::fixed);
+  CAPTURE(rc::to_string(counting));
+  rc::context ctx(rc::virtual_time);
+  traffic_log log;
+  auto script = key_flood();
+  for (int i = 0; i < 20'000; ++i) script.push_back({.at = 13s, .client = fmt::format("more-{}", i)});
+  auto def = rc::craft()
+                 .id("api")
+                 .rate_limit({.limit = 5, .window = 1min, .key = rc::by_header("x-client"), .counting = counting})
+                 .from(traffic(script, log))
+                 .build();
+  const auto* gate = dynamic_cast<const rc::keyed_gate*>(def.gates.at(0).get());
+  REQUIRE(gate);
+  ctx.add(std::move(def));
+  ctx.start();
+  ctx.drain();
+  const auto stats = gate->stats();
+  // 4 rows of 16,384 uint32 counters (max_keys 10,000 rounded up to a power of two) per sketch.
+  const std::size_t sketch_bytes = (counting == rc::counting::sliding ? 2 : 1) * 4 * 16'384 * 4;
+  CHECK(stats.keys == 10'000);
+  CHECK(stats.overflow_bytes == sketch_bytes);
+  INFO("table " << stats.memory_bytes - stats.overflow_bytes << " bytes for 10,000 keys");
+  CHECK(stats.memory_bytes - stats.overflow_bytes <= 10'000 * 256);
+  CHECK(stats.memory_bytes <= 10'000 * 256 + sketch_bytes);
+}

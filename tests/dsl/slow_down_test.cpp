@@ -386,7 +386,7 @@ TEST_CASE("one key's memory does not grow with its traffic") {
   CHECK(many.gate->stats().memory_bytes == one.gate->stats().memory_bytes);
 }
 
-TEST_CASE("keys beyond max_keys are forgotten once idle, or counted in one shared overflow window") {
+TEST_CASE("keys beyond max_keys are forgotten once idle, or counted in the overflow sketch") {
   SECTION("20,000 clients one after another: idle keys make room, the table never grows past max_keys") {
     gate_run r;
     std::vector<request> script;
@@ -397,19 +397,39 @@ TEST_CASE("keys beyond max_keys are forgotten once idle, or counted in one share
     CHECK(r.gate->stats().memory_bytes <= 1000 * 256);  // under 256 bytes per key, counters included
     for (const auto& resp : r.log.all()) CHECK(resp.note("slowDown")->used == 1);  // all fresh
   }
-  SECTION("20,000 clients at once: keys that find no room share the overflow window, none unmetered") {
+  SECTION("1,200 clients at once through 1,000 slots: the other 200 are counted in the sketch, each on its own") {
+    const auto counting = GENERATE(rc::counting::sliding, rc::counting::fixed);
+    CAPTURE(rc::to_string(counting));
     gate_run r;
     std::vector<request> script;
-    for (int i = 0; i < 20000; ++i) script.push_back({.client = fmt::format("client-{}", i)});
-    r.run(script,
-          {.window = 10s, .delay_after = 3, .max_delay = 1s, .key = rc::by_header("x-client"), .max_keys = 100});
-    CHECK(r.gate->stats().keys == 100);
-    CHECK(r.gate->stats().memory_bytes <= 100 * 256 + 1024);
-    // The first 100 clients have a window each; the rest count together: hits 1, 2, 3, ...
-    CHECK(r.log[100].note("slowDown")->used == 1);
-    CHECK(r.log[101].note("slowDown")->used == 1);
-    CHECK(r.log[104].note("slowDown")->used == 4);
-    CHECK(r.log[20000].note("slowDown")->used == 19900);
-    CHECK(r.log[20000].note("slowDown")->delay == 1s);
+    for (int i = 0; i < 1'200; ++i) script.push_back({.client = fmt::format("client-{}", i)});
+    // A new client, then one of the overflowed ones sending four more.
+    script.push_back({.at = 1s, .client = "new"});
+    for (int i = 0; i < 4; ++i) script.push_back({.at = 2s, .client = "client-1100"});
+    r.run(script, {.window = 10s,
+                   .delay_after = 3,
+                   .max_delay = 1s,
+                   .key = rc::by_header("x-client"),
+                   .max_keys = 1000,
+                   .counting = counting});
+    CHECK(r.gate->stats().keys == 1000);
+    // 4 rows of 1,024 counters (1,000 rounded up), one sketch per period kept.
+    const std::size_t sketch_bytes = (counting == rc::counting::sliding ? 2 : 1) * 4 * 1024 * 4;
+    CHECK(r.gate->stats().overflow_bytes == sketch_bytes);
+    CHECK(r.gate->stats().memory_bytes <= 1000 * 256 + sketch_bytes);
+    // One shared window made the 1,200th client hit 200 and delayed it 1 s; now each of the 200
+    // overflowed clients has its own count, and so has a newcomer.
+    int first_hits = 0;
+    for (int id = 1; id <= 1'200; ++id) first_hits += r.log[id].note("slowDown")->used == 1 ? 1 : 0;
+    CHECK(first_hits >= 1'198);
+    CHECK(r.log[1'201].note("slowDown")->used == 1);
+    CHECK(r.log[1'201].answered == 1s);
+    // client-1100 overflowed: its hits 2..5, delayed past delay_after 3 as in the table.
+    std::vector<std::uint64_t> used;
+    for (int id = 1'202; id <= 1'205; ++id) used.push_back(r.log[id].note("slowDown")->used);
+    CHECK(used == std::vector<std::uint64_t>{2, 3, 4, 5});
+    CHECK(r.log[1'203].answered == 2s);
+    CHECK(r.log[1'204].answered == 3s);  // hit 4: (4 - 3) x 1 s
+    CHECK(r.log[1'205].answered == 3s);  // hit 5: 2 s, clamped by max_delay 1 s
   }
 }

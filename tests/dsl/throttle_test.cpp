@@ -631,11 +631,49 @@ TEST_CASE("rejected events carry every field: identity, scope, label, key and re
 
 // ---- keyed table bounds -----------------------------------------------------------------------
 
-TEST_CASE("a full key table refuses a new key with RC5013 rather than admitting it unmetered") {
+TEST_CASE("delay mode: keys that find the table full wait, paced, in one overflow bucket; none is refused") {
   rc::context ctx(rc::virtual_time);
   rc::spy<std::string> out;
   event_recorder events(ctx);
-  // a and b each hold a bucket that is not full again until 1 s later; c finds no evictable entry.
+  // a and b each hold a bucket that is not full again until 1 s later; c, d and e find no
+  // evictable entry and share the overflow bucket (same rate and burst): c goes at once, d and e
+  // wait one interval apart, in arrival order.
+  ctx.add(rc::craft()
+              .id("full")
+              .from(rc::test::arrivals_source<std::string>(
+                  {{0ms, "a"}, {0ms, "b"}, {0ms, "c"}, {0ms, "d"}, {0ms, "e"}, {500ms, "c"}}))
+              .throttle({.rate = 1,
+                         .burst = 1,
+                         .key = [](const rc::exchange& ex) { return ex.body<std::string>(); },
+                         .max_keys = 2,
+                         .label = "per-key"})
+              .to(out));
+  ctx.start();
+  ctx.drain();
+  CHECK(out.bodies() == std::vector<std::string>{"a", "b", "c", "d", "e", "c"});
+  // The second c arrives while d and e still wait in the overflow: it joins them, behind them.
+  CHECK(in_ms(out.times()) == std::vector<double>{0, 0, 0, 1000, 2000, 3000});
+  CHECK(events.count("route:throttle:rejected") == 0);
+  CHECK(events.count("route:exchange:failed") == 0);
+  const auto overflowed = events.named("route:throttle:overflow");
+  REQUIRE(overflowed.size() == 4);  // once per exchange sent to the overflow
+  CHECK(overflowed[0].details["key"] == "c");
+  CHECK(overflowed[0].details["maxKeys"] == 2);
+  CHECK(overflowed[0].details["routeId"] == "full");
+  CHECK(overflowed[0].details["gateId"].is_string());
+  CHECK(overflowed[0].details["label"] == "per-key");
+  CHECK(overflowed[3].details["key"] == "c");
+  const auto delayed = events.named("route:throttle:delayed");
+  REQUIRE(delayed.size() == 3);
+  CHECK(delayed[0].details["key"] == "d");
+  CHECK(delayed[0].details["overflow"] == true);
+  CHECK(delayed[0].details["waitMs"].get<double>() == 1000.0);
+}
+
+TEST_CASE("delay mode: once the overflow has drained, a freed table entry takes the next new key") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<std::string> out;
+  event_recorder events(ctx, "route:throttle:overflow");
   ctx.add(rc::craft()
               .id("full")
               .from(rc::test::arrivals_source<std::string>({{0ms, "a"}, {0ms, "b"}, {0ms, "c"}, {1000ms, "c"}}))
@@ -646,8 +684,28 @@ TEST_CASE("a full key table refuses a new key with RC5013 rather than admitting 
               .to(out));
   ctx.start();
   ctx.drain();
+  CHECK(in_ms(out.times()) == std::vector<double>{0, 0, 0, 1000});
+  CHECK(events.count("route:throttle:overflow") == 1);  // at 1 s a's bucket is full again: c takes it
+}
+
+TEST_CASE("reject mode: a full key table refuses a new key with RC5013 rather than admitting it unmetered") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<std::string> out;
+  event_recorder events(ctx);
+  ctx.add(rc::craft()
+              .id("full")
+              .from(rc::test::arrivals_source<std::string>({{0ms, "a"}, {0ms, "b"}, {0ms, "c"}, {1000ms, "c"}}))
+              .throttle({.rate = 1,
+                         .mode = rc::throttle_mode::reject,
+                         .burst = 1,
+                         .key = [](const rc::exchange& ex) { return ex.body<std::string>(); },
+                         .max_keys = 2})
+              .to(out));
+  ctx.start();
+  ctx.drain();
   CHECK(out.bodies() == std::vector<std::string>{"a", "b", "c"});
   CHECK(in_ms(out.times()) == std::vector<double>{0, 0, 1000});
+  CHECK(events.count("route:throttle:overflow") == 0);
   const auto failed = events.named("route:exchange:failed");
   REQUIRE(failed.size() == 1);
   CHECK(error_code(failed[0]) == "RC5013");

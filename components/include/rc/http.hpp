@@ -36,6 +36,10 @@
 // 5xx and 429 retryable, others not. A Retry-After on 429 or 503 becomes retry_after_ms, which
 // rc::retry waits at least. The call is abandoned when the exchange's abort_signal() fires.
 //
+// HTTPS (docs/http.md, "HTTPS"): `.tls = rc::tls_server{cert, key}` serves TLS 1.2+ on the
+// server; the client uses TLS for an https:// URL, verifying the peer against the system's CA
+// store (or `tls.ca_file`) and its host name. A failed handshake or verification is RC5010.
+//
 // Both run on the context's io_context: they need a real-time context (not rc::virtual_time).
 #pragma once
 
@@ -61,6 +65,9 @@ namespace rc {
 /// header registers it, so `ctx.on("plugin:http:request:completed", ...)` works wherever it is
 /// included (rc/rc.hpp does).
 inline const event_id http_request_completed = register_event("plugin:http:request:completed");
+/// "plugin:http:tls:unverified": a warning, once per rc::http endpoint, when it makes its first
+/// HTTPS connection with `tls.verify = false` (details: level "warn", url, message).
+inline const event_id http_tls_unverified = register_event("plugin:http:tls:unverified");
 
 using http_headers = std::vector<std::pair<std::string, std::string>>;
 
@@ -151,6 +158,15 @@ struct http_server_options {
   void validate() const;
 };
 
+/// TLS for rc::http_source: PEM files, read when the route starts. TLS 1.2 is the oldest version
+/// accepted.
+struct tls_server {
+  std::string cert_file;  // the certificate chain, leaf first
+  std::string key_file;   // its private key (unencrypted)
+
+  bool operator==(const tls_server&) const = default;
+};
+
 struct http_source_options {
   std::string host = "127.0.0.1";  // address to listen on ("0.0.0.0", "::" for all)
   std::uint16_t port = 0;          // 0: an ephemeral port, shared by the context's port-0 routes on host
@@ -160,6 +176,9 @@ struct http_source_options {
   /// signal fires (waiting gates give their slot back).
   std::optional<duration> response_timeout;
   http_server_options server;
+  /// HTTPS on this (host, port): every route sharing the server gives the same (RC5003
+  /// otherwise); port-0 TLS routes share an ephemeral server apart from the plain ones.
+  std::optional<tls_server> tls;
 
   void validate() const;
 };
@@ -174,7 +193,8 @@ http_client_identity resolve_http_client(std::string_view peer, const http_heade
 
 namespace detail {
 struct http_source_state;
-}
+struct http_client_tls;
+}  // namespace detail
 
 /// The HTTP source. Copies share state: keep one to ask for the port after start().
 class http_source_endpoint final : public source<http_request> {
@@ -199,11 +219,20 @@ inline http_source_endpoint http_source(http_source_options options) {
   return http_source_endpoint(std::move(options));
 }
 
+/// TLS settings of rc::http, used for https:// URLs.
+struct tls_client {
+  /// Verify the server's certificate chain and host name. false accepts any certificate (a
+  /// man in the middle included) and emits http_tls_unverified.
+  bool verify = true;
+  std::string ca_file;      // PEM CA certificates to trust instead of the system's store
+  std::string server_name;  // the name sent (SNI) and verified; empty: the URL's host
+};
+
 struct http_options {
   static constexpr std::size_t default_max_response_bytes = 8 * 1024 * 1024;
   static constexpr std::size_t default_pool_size = 32;
 
-  std::string url;                                       // "http://host:port/path?query"
+  std::string url;                                       // "http://host:port/path?query", or https://
   std::function<std::string(const exchange&)> url_from;  // computed per exchange; wins over url
   std::string method = "GET";
   http_headers headers;
@@ -216,6 +245,7 @@ struct http_options {
   std::size_t pool_size = default_pool_size;     // idle keep-alive connections kept per host
   duration pool_idle = std::chrono::seconds(4);  // an idle connection older than this is not reused
   bool throw_on_http_error = true;               // false: a non-2xx response is a result like any other
+  tls_client tls;
 
   void validate() const;
 };
@@ -236,6 +266,7 @@ class http_client_endpoint final : public destination_base {
 
  private:
   std::shared_ptr<const http_options> options_;
+  std::shared_ptr<detail::http_client_tls> tls_;  // the TLS context, made at the first https call
 };
 
 inline http_client_endpoint http(http_options options) { return http_client_endpoint(std::move(options)); }

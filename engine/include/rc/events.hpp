@@ -53,6 +53,7 @@ namespace rc {
   X(throttle_passed, "route:throttle:passed")                 \
   X(throttle_delayed, "route:throttle:delayed")               \
   X(throttle_rejected, "route:throttle:rejected")             \
+  X(throttle_overflow, "route:throttle:overflow")             \
   X(retry_started, "route:retry:started")                     \
   X(retry_attempt, "route:retry:attempt")                     \
   X(retry_stopped, "route:retry:stopped")                     \

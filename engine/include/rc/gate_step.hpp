@@ -9,8 +9,15 @@
 // - key selection: a selector that throws fails the exchange (RC5001, retryable, as any throwing
 //   user callback; an rc::error it throws passes unchanged);
 // - the per-key table (keyed_lru, max_keys entries): an entry is forgotten only when it is idle
-//   (the limiter says so and nobody waits on it). When every candidate is busy, a gate either
-//   counts the new key in the one shared state (`overflow`, events say so) or refuses it;
+//   (the limiter says so and nobody waits on it). When every candidate is busy, the new key goes
+//   to the gate's overflow (events say `overflow: true`) or is refused (table_full()). A limiter
+//   with an `overflow_counter` (the hit counters) counts such keys in a count-min sketch rolled
+//   with its window (gates/count_min_sketch.hpp): each key keeps its own estimate, which only
+//   over-counts, and a key with hits still counted there stays there until they have left, so
+//   entering the table never forgets them. Other limiters share one state and one FIFO queue
+//   (throttle's overflow bucket); while it has waiters, a key not in the table joins them, so
+//   one key's exchanges never overtake each other. Both checks run only while the overflow holds
+//   something: a table that never fills costs nothing more;
 // - waits. A `wait` is a timer from the arrival. A `queue` place is strictly FIFO per key: only
 //   the head has a due time (head_wait); when it is admitted (head_admitted, which may move the
 //   schedule after a stall) the next becomes head. Shutdown (the route's intake fires) admits a
@@ -36,6 +43,8 @@
 //   queues:          duration head_wait(const state&, time_point, uint32 queued) const;
 //                    void head_admitted(state&, time_point, uint32 queued);  void give_back(state&, time_point);
 //   !overflow:       gate_decision table_full() const;
+//   overflow at run time: bool overflows() const (false: table_full() instead; needs both)
+//   a sketch:        using overflow_counter = sketch_window<Counter>; decide() takes it as well
 // and optionally:
 //   a limit note:    void note(exchange&, route_runtime&, std::string_view key, ticket&, const gate_decision&);
 //   the outcome:     bool wants_outcome() const; void outcome(state&, time_point, const ticket&, bool ok);
@@ -60,6 +69,7 @@
 
 #include "rc/error.hpp"
 #include "rc/events.hpp"
+#include "rc/gates/count_min_sketch.hpp"
 #include "rc/gates/gate_decision.hpp"
 #include "rc/gates/keyed_lru.hpp"
 #include "rc/keys.hpp"
@@ -78,7 +88,9 @@ struct gate_traits {
   event_id rejected;
   bool waits;     // may answer wait or queue
   bool queues;    // may answer queue (needs head_wait, head_admitted, give_back)
-  bool overflow;  // a full table counts the new key in the shared state (else table_full())
+  bool overflow;  // a full table sends the new key to the overflow (else table_full())
+  /// Emitted once per exchange sent to the overflow; count_ = none.
+  event_id overflowed = event_id::count_;
 };
 
 /// The options every gate shares.
@@ -98,6 +110,17 @@ struct gate_queue_node {
 };
 
 struct gate_no_node {};
+struct gate_no_sketch {};
+
+template <class L>
+struct gate_sketch {
+  using type = gate_no_sketch;
+};
+template <class L>
+requires requires { typename L::overflow_counter; }
+struct gate_sketch<L> {
+  using type = typename L::overflow_counter;
+};
 
 template <class State, bool Queues>
 struct gate_slot {
@@ -126,20 +149,30 @@ class gate_step final : public wrapper, public keyed_gate {
   static constexpr bool has_refusal = requires(const L& l, const ticket& t, const gate_decision& d) {
     { l.refusal(std::string_view{}, t, d) } -> std::same_as<error>;
   };
+  using sketch_type = typename detail::gate_sketch<L>::type;
+  static constexpr bool sketched = !std::is_same_v<sketch_type, detail::gate_no_sketch>;
+  static constexpr bool has_table_full = requires(const L& l) {
+    { l.table_full() } -> std::same_as<gate_decision>;
+  };
+  static_assert(traits.overflow || has_table_full, "a gate without an overflow refuses with table_full()");
+  static_assert(!(sketched && traits.queues), "a sketch has no queue places");
 
  public:
   gate_step(L limiter, gate_common common, std::unique_ptr<step> inner, rc::scope s)
       : wrapper(std::move(inner), s),
         limiter_(std::move(limiter)),
         common_(std::move(common)),
-        table_(common_.max_keys) {}
+        table_(common_.max_keys),
+        sketch_(make_sketch(common_.max_keys)) {}
 
   const L& limiter() const noexcept { return limiter_; }
   std::string_view wrapper_kind() const noexcept override { return traits.gate; }
 
   keyed_gate_stats stats() const override {
     std::lock_guard lock(mutex_);
-    return {table_.size(), table_.memory_bytes()};
+    std::size_t overflow = 0;
+    if constexpr (sketched) overflow = sketch_.memory_bytes();
+    return {table_.size(), table_.memory_bytes() + overflow, overflow};
   }
 
   bool synchronous() const noexcept override { return !traits.waits && inner_is_sync(); }
@@ -259,6 +292,33 @@ class gate_step final : public wrapper, public keyed_gate {
     return limiter_.idle(s.state, now);
   }
 
+  static sketch_type make_sketch(std::size_t max_keys) {
+    if constexpr (sketched)
+      return sketch_type(max_keys);
+    else
+      return {};
+  }
+
+  bool overflows() const {
+    if constexpr (requires(const L& l) { l.overflows(); })
+      return limiter_.overflows();
+    else
+      return traits.overflow;
+  }
+
+  // The key's slot in the table, made if needed; null sends the key to the overflow.
+  slot* table_slot(const arrival& a) {
+    // Only while the overflow holds something: a key that has hits counted (or exchanges waiting)
+    // there and no entry in the table stays in the overflow.
+    if constexpr (sketched) {
+      if (!sketch_.is_idle(a.now) && table_.find(a.key) == nullptr && !sketch_.cell_of(a.key).is_idle(a.now))
+        return nullptr;
+    } else if constexpr (traits.queues) {
+      if (single_.waiters != 0 && table_.find(a.key) == nullptr) return nullptr;
+    }
+    return table_.touch(a.key, [&](const slot& x) { return idle(x, a.now); });
+  }
+
   // Finds (or makes) the key's slot and asks the limiter; links a queue place when given one.
   // Null, or what the limiter threw. The time is read under the lock, so a
   // state never sees time go backwards.
@@ -268,36 +328,44 @@ class gate_step final : public wrapper, public keyed_gate {
       a.now = rt.now();
       slot* s = &single_;
       a.overflow = false;
+      a.t = ticket{};
+      gate_arrival in{.now = a.now, .can_queue = node != nullptr, .deadline = ex.deadline()};
       if (keyed()) {
-        s = table_.touch(a.key, [&](const slot& x) { return idle(x, a.now); });
+        s = table_slot(a);
         if (s == nullptr) {
-          if constexpr (traits.overflow) {
+          if constexpr (sketched) {
+            a.overflow = true;
+            auto cell = sketch_.cell_of(a.key);
+            a.decision = limiter_.decide(cell, in, a.t);
+          } else if (overflows()) {
             s = &single_;
             a.overflow = true;
-          } else {
+          } else if constexpr (has_table_full) {
             a.decision = limiter_.table_full();
             return nullptr;
           }
         }
       }
-      gate_arrival in{.now = a.now, .can_queue = node != nullptr, .deadline = ex.deadline()};
-      if constexpr (traits.queues) {
-        in.queued = s->waiters;
-        in.waiting = waiting_;
-      }
-      a.t = ticket{};
-      a.decision = limiter_.decide(s->state, in, a.t);
-      if constexpr (traits.queues) {
-        if (node != nullptr && a.decision.what == gate_decision::kind::queue)
-          enqueue(*s, *node, a.now + a.decision.wait);
+      if (s != nullptr) {
+        if constexpr (traits.queues) {
+          in.queued = s->waiters;
+          in.waiting = waiting_;
+        }
+        a.decision = limiter_.decide(s->state, in, a.t);
+        if constexpr (traits.queues) {
+          if (node != nullptr && a.decision.what == gate_decision::kind::queue)
+            enqueue(*s, *node, a.now + a.decision.wait);
+        }
       }
     } catch (...) {
       return std::current_exception();
     }
     // A queue answer without a place is not final: the step asks again with one.
-    if constexpr (has_note) {
-      if (node != nullptr || a.decision.what != gate_decision::kind::queue)
-        limiter_.note(ex, rt, a.key, a.t, a.decision);
+    if (node != nullptr || a.decision.what != gate_decision::kind::queue) {
+      if constexpr (traits.overflowed != event_id::count_) {
+        if (a.overflow) rt.events().emit(traits.overflowed, [&] { return overflow_fields(ex, rt, a); });
+      }
+      if constexpr (has_note) limiter_.note(ex, rt, a.key, a.t, a.decision);
     }
     return nullptr;
   }
@@ -373,7 +441,11 @@ class gate_step final : public wrapper, public keyed_gate {
   void deliver_outcome(const std::string& key, bool overflow, const ticket& t, time_point now, bool succeeded) {
     if constexpr (has_outcome) {
       std::lock_guard lock(mutex_);
-      slot* s = (!keyed() || overflow) ? &single_ : table_.find(key);
+      slot* s = !keyed() ? &single_ : overflow ? nullptr : table_.find(key);
+      if constexpr (!sketched) {
+        if (overflow) s = &single_;
+      }
+      // An overflowed hit in a sketch is never given back (count_min_sketch.hpp says why).
       if (s != nullptr) limiter_.outcome(s->state, now, t, succeeded);
     }
   }
@@ -421,6 +493,13 @@ class gate_step final : public wrapper, public keyed_gate {
     return j;
   }
 
+  nlohmann::json overflow_fields(const exchange& ex, const route_runtime& rt, const arrival& a) const {
+    auto j = identity(ex, rt, common_.label);
+    j["key"] = a.key;
+    j["maxKeys"] = common_.max_keys;
+    return j;
+  }
+
   void emit_passed(const exchange& ex, route_runtime& rt, const arrival& a, bool waited, duration elapsed) const {
     rt.events().emit(traits.passed, [&] {
       auto j = fields(ex, rt, a, traits.passed);
@@ -437,6 +516,7 @@ class gate_step final : public wrapper, public keyed_gate {
   mutable std::mutex mutex_;  // the states and queues: routes may run on several threads
   slot single_;               // the one state of an unkeyed gate; the overflow state of a keyed one
   keyed_lru<slot> table_;
+  [[no_unique_address]] sketch_type sketch_;  // the overflow of a hit-counting gate
   wait_queue single_queue_;
   std::unordered_map<const slot*, wait_queue> queues_;  // keyed slots with waiters only
   std::size_t waiting_ = 0;

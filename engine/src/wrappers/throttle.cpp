@@ -40,7 +40,8 @@ struct throttle_gate : throttle_limiter {
                                       .rejected = event_id::throttle_rejected,
                                       .waits = true,
                                       .queues = true,
-                                      .overflow = false};
+                                      .overflow = true,  // delay mode only (overflows())
+                                      .overflowed = event_id::throttle_overflow};
 
   void fields(nlohmann::json& j, const ticket&, const gate_decision& d, event_id which) const {
     if (which == event_id::throttle_delayed) j["waitMs"] = to_ms(d.wait);

@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "rc/error.hpp"
+#include "rc/gates/count_min_sketch.hpp"
 #include "rc/gates/gate_decision.hpp"
 #include "rc/gates/token_bucket.hpp"
 #include "rc/gates/window_counter.hpp"
@@ -65,7 +66,11 @@ struct throttle_limiter {
     return gate_decision::queued(wait);
   }
 
-  /// Every evictable key is busy: refuse rather than meter this key with nothing.
+  /// A full table sends a new key to the shared overflow bucket in delay mode (it waits, paced,
+  /// in the overflow's FIFO queue: delay mode drops nothing); reject mode refuses it.
+  bool overflows() const { return mode == throttle_mode::delay; }
+
+  /// Reject mode, every evictable key busy: refuse rather than meter this key with nothing.
   gate_decision table_full() const {
     return gate_decision::refuse(
         std::chrono::duration_cast<duration>(std::chrono::duration<double, std::nano>(params.interval_ns)),
@@ -87,6 +92,7 @@ struct throttle_limiter {
 template <class Counter>
 struct slow_down_limiter {
   using state = Counter;
+  using overflow_counter = sketch_window<Counter>;  // keys beyond the table: one estimate each
   struct ticket {
     time_point at{};  // the arrival
     hit_result hit{};
@@ -104,7 +110,8 @@ struct slow_down_limiter {
   /// Counts at arrival; the hit number decides the delay, which never changes afterwards. A delay
   /// that would reach the exchange's deadline is refused, with the time until a new hit of the
   /// key would not be delayed at all. Throws RC5003 when the user's delay rule throws.
-  gate_decision decide(Counter& c, const gate_arrival& a, ticket& t) const {
+  template <class C>  // the key's Counter, or its cell in the overflow sketch
+  gate_decision decide(C& c, const gate_arrival& a, ticket& t) const {
     t.at = a.now;
     t.hit = c.increment(a.now, window);
     t.delay = delay_for(t.hit.hits);
@@ -140,6 +147,7 @@ struct slow_down_limiter {
 template <class Counter>
 struct rate_limit_limiter {
   using state = Counter;
+  using overflow_counter = sketch_window<Counter>;  // keys beyond the table: one estimate each
   struct ticket {
     time_point at{};
     hit_result hit{};
@@ -156,7 +164,8 @@ struct rate_limit_limiter {
   /// Counts the hit; refuses past the limit with the time until a new hit would pass (the reset
   /// for limit 0). Under skip_failed a refusal gives its own hit back at once (a refusal is a
   /// failed response).
-  gate_decision decide(Counter& c, const gate_arrival& a, ticket& t) const {
+  template <class C>  // the key's Counter, or its cell in the overflow sketch
+  gate_decision decide(C& c, const gate_arrival& a, ticket& t) const {
     t.at = a.now;
     t.hit = c.increment(a.now, window);
     t.reset = std::max(t.hit.reset_at - a.now, duration::zero());

@@ -1,4 +1,4 @@
-// keyed_gate: what a gate with per-key state (slow_down, rate_limit) can tell about it, for tests
+// keyed_gate: what a gate with per-key state (throttle, slow_down, rate_limit) can tell about it, for tests
 // and metrics. Reach it with `dynamic_cast<const rc::keyed_gate*>(step)`.
 #pragma once
 
@@ -7,8 +7,9 @@
 namespace rc {
 
 struct keyed_gate_stats {
-  std::size_t keys = 0;          // keys in the table
-  std::size_t memory_bytes = 0;  // heap bytes of the table, counters included
+  std::size_t keys = 0;            // keys in the table
+  std::size_t memory_bytes = 0;    // heap bytes of the table, counters included, plus overflow_bytes
+  std::size_t overflow_bytes = 0;  // the overflow sketch's counters, once a key overflowed (else 0)
 };
 
 class keyed_gate {

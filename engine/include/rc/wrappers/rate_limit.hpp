@@ -21,8 +21,9 @@
 // skip_failed a refusal gives its own hit back at once (express: a 429 is a failed response).
 //
 // Per-key counters live in a bounded LRU of max_keys entries that forgets only keys with no hit
-// left in their window; when every candidate still counts, the new key is counted in one shared
-// overflow window (bounded memory, never unmetered).
+// left in their window; when every candidate still counts, the new key is counted in a count-min
+// sketch rolled with the window (gates/count_min_sketch.hpp): its own estimate, which only
+// over-counts, in memory fixed by max_keys (docs/slow_down_rate_limit.md, "Bounded memory").
 #pragma once
 
 #include <chrono>

@@ -19,8 +19,9 @@
 // does the same). On shutdown (intake closed) a waiting exchange proceeds at once.
 //
 // Per-key counters live in a bounded LRU of max_keys entries that forgets only keys with no hit
-// left in their window. When every candidate still counts, the new key is counted in one shared
-// overflow window instead: memory stays bounded and a flood of fresh keys is still slowed down.
+// left in their window. When every candidate still counts, the new key is counted in a count-min
+// sketch rolled with the window (gates/count_min_sketch.hpp): memory stays bounded, and each
+// overflowed key is delayed by its own estimate (which only over-counts), not by the flood's.
 #pragma once
 
 #include <chrono>

@@ -12,8 +12,10 @@
 // so no window of whole intervals ever holds more than burst + rate * t.
 //
 // Per-key buckets live in a bounded LRU. A bucket is forgotten only when it is idle (full again,
-// nobody waiting), so forgetting never admits more than the rate; when max_keys buckets are all
-// busy, a new key is refused with RC5013 rather than admitted unmetered.
+// nobody waiting), so forgetting never admits more than the rate. When max_keys buckets are all
+// busy, delay mode sends a new key to one shared overflow bucket (same rate and burst, its own
+// FIFO queue; event route:throttle:overflow), so it is paced, never dropped; reject mode refuses
+// it with RC5013 rather than admitting it unmetered.
 #pragma once
 
 #include <functional>
