@@ -1,10 +1,10 @@
 #include "rc/error.hpp"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <mutex>
 #include <typeinfo>
-
-#include <fmt/format.h>
 
 namespace rc {
 namespace {
@@ -51,11 +51,9 @@ std::string code_string(errc code) { return fmt::format("RC{}", static_cast<int>
 bool default_retryable(errc code) noexcept { return entry_of(code).retryable; }
 std::string_view code_meaning(errc code) noexcept { return entry_of(code).meaning; }
 
-error::error(errc code, std::string message)
-    : error(code, std::move(message), default_retryable(code)) {}
+error::error(errc code, std::string message) : error(code, std::move(message), default_retryable(code)) {}
 
-error::error(errc code, std::string message, bool retryable, std::exception_ptr cause,
-             nlohmann::json details)
+error::error(errc code, std::string message, bool retryable, std::exception_ptr cause, nlohmann::json details)
     : code_(code),
       message_(std::move(message)),
       retryable_(retryable),
@@ -193,6 +191,16 @@ error to_error(const std::exception_ptr& e) {
 std::exception_ptr normalise(const std::exception_ptr& e) {
   if (error_of(e)) return e;
   return std::make_exception_ptr(to_error(e));
+}
+
+nlohmann::json error_json(const error& err, bool with_details) {
+  nlohmann::json j = {{"code", err.code_string()}, {"message", err.message()}, {"retryable", err.retryable()}};
+  if (with_details && !err.details().empty()) j["details"] = err.details();
+  return j;
+}
+
+nlohmann::json error_json(const std::exception_ptr& e, bool with_details) {
+  return error_json(to_error(e), with_details);
 }
 
 }  // namespace rc

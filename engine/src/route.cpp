@@ -75,13 +75,6 @@ class step_awaiter {
   task<outcome> running_;
 };
 
-nlohmann::json error_json(const std::exception_ptr& e) {
-  const error err = to_error(e);
-  nlohmann::json j = {{"code", err.code_string()}, {"message", err.message()}, {"retryable", err.retryable()}};
-  if (!err.details().empty()) j["details"] = err.details();
-  return j;
-}
-
 nlohmann::json x_fields(const route_runtime& rt, const exchange& ex) {
   return {{"routeId", rt.id()}, {"exchangeId", ex.id()}, {"correlationId", ex.correlation_id()}};
 }

@@ -8,10 +8,9 @@
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace rc {
 
@@ -120,5 +119,10 @@ const error* error_of(const std::exception_ptr& e) noexcept;
 std::exception_ptr normalise(const std::exception_ptr& e);
 /// The message of any exception ("unknown error" for non-std exceptions).
 std::string message_of(const std::exception_ptr& e);
+/// How events carry an error: {code, message, retryable}, plus `details` when it has any and
+/// `with_details` is set.
+nlohmann::json error_json(const error& err, bool with_details = true);
+/// The same for any exception (normalised as to_error does).
+nlohmann::json error_json(const std::exception_ptr& e, bool with_details = true);
 
 }  // namespace rc

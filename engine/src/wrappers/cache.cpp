@@ -95,11 +95,6 @@ void cache_options::validate() const {
 
 namespace {
 
-nlohmann::json error_json(const std::exception_ptr& e) {
-  const error err = to_error(e);
-  return {{"code", err.code_string()}, {"message", err.message()}, {"retryable", err.retryable()}};
-}
-
 // A miss waiting for the leader of its key. Lives in the waiting coroutine's frame; the leader
 // fills it in under the wrapper's mutex and wakes it.
 struct flight_waiter {
@@ -318,7 +313,7 @@ class cache_step final : public wrapper {
       auto j = identity(ex, rt, options_.label);
       j["key"] = key;
       j["operation"] = operation;
-      j["error"] = error_json(e);
+      j["error"] = error_json(e, false);
       return j;
     });
   }

@@ -56,12 +56,6 @@ task<any_body> forward_failed(forward_target& target, exchange& ex, route_runtim
 
 namespace {
 
-nlohmann::json error_json(const error& err) {
-  nlohmann::json j = {{"code", err.code_string()}, {"message", err.message()}, {"retryable", err.retryable()}};
-  if (!err.details().empty()) j["details"] = err.details();
-  return j;
-}
-
 class error_step final : public wrapper {
  public:
   std::string_view wrapper_kind() const noexcept override { return "error"; }

@@ -25,11 +25,6 @@ double unit_random() {
   return std::uniform_real_distribution<double>(0.0, 1.0)(engine);
 }
 
-nlohmann::json error_json(const std::exception_ptr& e) {
-  const error err = to_error(e);
-  return {{"code", err.code_string()}, {"message", err.message()}, {"retryable", err.retryable()}};
-}
-
 class retry_step final : public wrapper {
  public:
   retry_step(retry_options o, std::unique_ptr<step> inner, rc::scope s)
@@ -65,7 +60,7 @@ class retry_step final : public wrapper {
         j["attemptNumber"] = attempt;
         j["maxAttempts"] = options_.max_attempts;
         j["backoffMs"] = to_ms(wait);
-        j["lastError"] = error_json(o.error);
+        j["lastError"] = error_json(o.error, false);
         return j;
       });
       if (wait > duration::zero()) {
@@ -104,7 +99,7 @@ class retry_step final : public wrapper {
       auto j = identity(ex, rt);
       j["attemptNumber"] = attempt;
       j["success"] = success;
-      if (e) j["error"] = error_json(*e);
+      if (e) j["error"] = error_json(*e, false);
       return j;
     });
   }
