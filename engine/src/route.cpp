@@ -209,17 +209,8 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
     c.events_on = before_step(s, ex, c.started);
     if (!s.synchronous()) {
       // It may still finish at once (a bulkhead with a free slot): then no frame, no await.
-      outcome r;
-      if (!try_run_now_guarded(s, ex, *this, r)) {
-        o = std::move(r);  // what the step's resume() goes on from
-        c.pending = true;
-        return false;
-      }
-      if (!finish_now(s, c, ex, r)) {
-        o = std::move(r);
-        return true;
-      }
-      continue;
+      if (finish_now(s, c, ex, o)) continue;
+      return !c.pending;  // pending: awaited from `o`; else the run ended in `o`
     }
     // A local, moved out only when it ends the run: the synchronous fast path (rc-bench
     // plain_seq) pays no outcome assignment per step.
@@ -233,13 +224,25 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
   return true;  // o is proceed, or the last awaited step's ok outcome
 }
 
-// A step that is not synchronous() finished in try_run_now: what follows an awaited step.
-bool route_runtime::finish_now(step& s, step_cursor& c, exchange& ex, outcome& r) {
+// A step that is not synchronous(): true when try_run_now finished it and the loop goes on.
+// Otherwise `o` is what ended the run, or (c.pending) what the step's resume() goes on from.
+// Out of line: the synchronous loop stays as small as it was (rc-bench plain_seq).
+[[gnu::noinline]] bool route_runtime::finish_now(step& s, step_cursor& c, exchange& ex, outcome& o) {
+  outcome r;
+  if (!try_run_now_guarded(s, ex, *this, r)) {
+    o = std::move(r);
+    c.pending = true;
+    return false;
+  }
   after_step(s, ex, r, c.events_on, c.started);
-  if (!r.ok()) return false;
+  if (!r.ok()) {
+    o = std::move(r);
+    return false;
+  }
+  // As after an awaited step: a timeout's deadline that passed meanwhile ends the run.
   if (const cancel_signal* a = ex.abort_signal(); a != nullptr && a->deadline_passed()) {
-    r = outcome::failed(std::make_exception_ptr(error(errc::timed_out, "deadline passed", true)));
-    r.reported = true;
+    o = outcome::failed(std::make_exception_ptr(error(errc::timed_out, "deadline passed", true)));
+    o.reported = true;
     return false;
   }
   return true;
