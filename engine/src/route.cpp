@@ -53,7 +53,8 @@ task<outcome> failed_now(std::exception_ptr e) { co_return outcome::failed(std::
 // normalised: after_step does that). Holds only the step's task, as a plain co_await would.
 class step_awaiter {
  public:
-  step_awaiter(step& s, exchange& ex, route_runtime& rt) : running_(start(s, ex, rt)) {}
+  step_awaiter(step& s, exchange& ex, route_runtime& rt, outcome&& partial)
+      : running_(start(s, ex, rt, std::move(partial))) {}
   bool await_ready() const noexcept { return false; }
   std::coroutine_handle<> await_suspend(std::coroutine_handle<> h) noexcept { return running_.await_suspend(h); }
   outcome await_resume() noexcept {
@@ -65,9 +66,9 @@ class step_awaiter {
   }
 
  private:
-  static task<outcome> start(step& s, exchange& ex, route_runtime& rt) {
+  static task<outcome> start(step& s, exchange& ex, route_runtime& rt, outcome&& partial) {
     try {
-      return s.run(ex, rt);
+      return s.resume(ex, rt, std::move(partial));
     } catch (...) {
       return failed_now(std::current_exception());
     }
@@ -175,7 +176,8 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
 
 // The executor's one step loop. Runs steps from the cursor while they complete synchronously;
 // returns true when the list is done (`o` says how: the first failure or drop ends it), or false
-// at an asynchronous step, which the caller awaits (step_awaiter) into `o` and hands back by
+// at an asynchronous step, which the caller awaits (step_awaiter: the step's resume() from `o`,
+// where try_run_now left it) into `o` and hands back by
 // calling advance again. run_steps, run_steps_now and spawn_run all drive this one loop, so a
 // parked exchange costs its caller's frame only (no frame for the loop itself), and the caller
 // owns the outcome (run_steps_now returns it without a copy).
@@ -199,8 +201,9 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
     c.started = {};
     c.events_on = before_step(s, ex, c.started);
     if (!s.synchronous()) {
-      c.pending = true;
-      return false;
+      // It may still finish at once (a bulkhead with a free slot): then no frame, no await.
+      if (finish_now(s, c, ex, o)) continue;
+      return !c.pending;  // pending: awaited from `o`; else the run ended in `o`
     }
     // A local, moved out only when it ends the run: the synchronous fast path (rc-bench
     // plain_seq) pays no outcome assignment per step.
@@ -214,10 +217,34 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
   return true;  // o is proceed, or the last awaited step's ok outcome
 }
 
+// A step that is not synchronous(): true when try_run_now finished it and the loop goes on.
+// Otherwise `o` is what ended the run, or (c.pending) what the step's resume() goes on from.
+// Out of line: the synchronous loop stays as small as it was (rc-bench plain_seq).
+[[gnu::noinline]] bool route_runtime::finish_now(step& s, step_cursor& c, exchange& ex, outcome& o) {
+  outcome r;
+  if (!try_run_now_guarded(s, ex, *this, r)) {
+    o = std::move(r);
+    c.pending = true;
+    return false;
+  }
+  after_step(s, ex, r, c.events_on, c.started);
+  if (!r.ok()) {
+    o = std::move(r);
+    return false;
+  }
+  // As after an awaited step: a timeout's deadline that passed meanwhile ends the run.
+  if (const cancel_signal* a = ex.abort_signal(); a != nullptr && a->deadline_passed()) {
+    o = outcome::failed(std::make_exception_ptr(error(errc::timed_out, "deadline passed", true)));
+    o.reported = true;
+    return false;
+  }
+  return true;
+}
+
 task<outcome> route_runtime::run_steps(std::span<const std::unique_ptr<step>> steps, exchange& ex) {
   outcome o;
   step_cursor c;
-  while (!advance(steps, c, ex, o)) o = co_await step_awaiter(*steps[c.next], ex, *this);
+  while (!advance(steps, c, ex, o)) o = co_await step_awaiter(*steps[c.next], ex, *this, std::move(o));
   co_return o;
 }
 
@@ -303,21 +330,34 @@ run_result route_runtime::process_now(exchange ex) {
   return run_result{std::move(o), std::move(ex)};
 }
 
-detail::detached route_runtime::spawn_run(exchange ex) {
+detail::detached route_runtime::spawn_run(exchange ex, step_cursor c, time_point started, outcome o) {
   detail::frame_set::member tracked(frames_, co_await detail::this_frame{});
-  time_point started{};
-  begin_run(ex, started);
   // The loop driven here, not through run_steps: awaiting run_steps would add a frame to every
   // parked exchange.
-  outcome o;
-  step_cursor c;
-  while (!advance(run_list_, c, ex, o)) o = co_await step_awaiter(*run_list_[c.next], ex, *this);
+  do o = co_await step_awaiter(*run_list_[c.next], ex, *this, std::move(o));
+  while (!advance(run_list_, c, ex, o));
   end_run(ex, o, started);
+}
+
+task<run_result> route_runtime::process_from(exchange ex, step_cursor c, time_point started, outcome o) {
+  do o = co_await step_awaiter(*run_list_[c.next], ex, *this, std::move(o));
+  while (!advance(run_list_, c, ex, o));
+  end_run(ex, o, started);
+  co_return run_result{std::move(o), std::move(ex)};
 }
 
 emit_awaiter source_context::emit(exchange ex) {
   if (route_.all_synchronous()) return emit_awaiter(route_.process_now(std::move(ex)));
-  return emit_awaiter(route_.process(std::move(ex)));
+  // Synchronously until a step has to wait; a coroutine only from there.
+  time_point started{};
+  route_.begin_run(ex, started);
+  outcome o;
+  route_runtime::step_cursor c;
+  if (route_.advance(route_.run_list_, c, ex, o)) {
+    route_.end_run(ex, o, started);
+    return emit_awaiter(run_result{std::move(o), std::move(ex)});
+  }
+  return emit_awaiter(route_.process_from(std::move(ex), c, started, std::move(o)));
 }
 
 void source_context::spawn(exchange ex) {
@@ -325,10 +365,18 @@ void source_context::spawn(exchange ex) {
     (void)route_.process_now(std::move(ex));
     return;
   }
+  time_point started{};
+  route_.begin_run(ex, started);
+  outcome o;
+  route_runtime::step_cursor c;
+  if (route_.advance(route_.run_list_, c, ex, o)) {
+    route_.end_run(ex, o, started);
+    return;
+  }
   // Not rc::spawn(lambda -> process()): that parks the exchange twice (in the lambda and in
   // process()'s frame) plus a run_result, across three frames. A parked exchange's memory is
   // what a deep backlog costs (rc-bench delay0, inflight).
-  route_.spawn_run(std::move(ex));
+  route_.spawn_run(std::move(ex), c, started, std::move(o));
 }
 
 }  // namespace rc

@@ -303,3 +303,59 @@ TEST_CASE("in real time, a stop whose shutdown_timeout expires frees the abandon
   CHECK(before.count() == 1);
   CHECK(held.use_count() == 1);
 }
+
+namespace {
+
+// Emits 1..n, one at a time, and records for each whether its run had already ended when emit
+// returned (the route ran it without suspending).
+class ready_probe final : public rc::source_base {
+ public:
+  using body_type = int;
+  ready_probe(int n, std::shared_ptr<std::vector<bool>> ready) : n_(n), ready_(std::move(ready)) {}
+  std::string_view adapter() const override { return "probe"; }
+  rc::task<void> run(rc::source_context& sc) override {
+    for (int i = 1; i <= n_; ++i) {
+      auto running = sc.emit(sc.make(i));
+      ready_->push_back(running.await_ready());
+      (void)co_await running;
+    }
+  }
+
+ private:
+  int n_;
+  std::shared_ptr<std::vector<bool>> ready_;
+};
+
+}  // namespace
+
+TEST_CASE("wrappers that need not wait let the run end inside emit; one that waits continues it later") {
+  SECTION("a free bulkhead slot, a throttle pass admitted at once, a retry whose first attempt succeeds") {
+    rc::context ctx(rc::virtual_time);
+    auto ready = std::make_shared<std::vector<bool>>();
+    rc::spy<int> out;
+    ctx.add(rc::craft()
+                .id("open")
+                .from(ready_probe(3, ready))
+                .concurrency({.max = 1})
+                .to(rc::noop())
+                .throttle({.rate = 100, .burst = 10})
+                .to(rc::noop())
+                .retry({.max_attempts = 2, .backoff = 10ms})
+                .to(out));
+    ctx.start();
+    ctx.drain();
+    CHECK(out.bodies() == std::vector<int>{1, 2, 3});
+    CHECK(*ready == std::vector<bool>{true, true, true});
+  }
+  SECTION("a throttle that paces: the first pass ends inside emit, the paced ones later, in order") {
+    rc::context ctx(rc::virtual_time);
+    auto ready = std::make_shared<std::vector<bool>>();
+    rc::spy<int> out;
+    ctx.add(rc::craft().id("paced").from(ready_probe(3, ready)).throttle({.rate = 1, .burst = 1}).to(out));
+    ctx.start();
+    ctx.drain();
+    CHECK(out.bodies() == std::vector<int>{1, 2, 3});
+    CHECK(*ready == std::vector<bool>{true, false, false});
+    CHECK(ctx.now().time_since_epoch() == 2s);
+  }
+}

@@ -197,6 +197,34 @@ class gate_step final : public wrapper, public keyed_gate {
     }
   }
 
+  // A gate that may wait, around a synchronous step, whose pass is admitted at once: the pass
+  // and the step now, as run() would do them without waiting. Unkeyed gates with a plain state
+  // only: the decision is taken on a copy of the state, kept only when it admits, so a pass that
+  // must wait (or is refused) leaves no trace and run() takes it again.
+  bool try_run_now(exchange& ex, route_runtime& rt, outcome& out) override {
+    if constexpr (!traits.waits || !std::is_trivially_copyable_v<typename L::state>) {
+      return false;
+    } else {
+      if (keyed() || !inner_is_sync()) return false;
+      arrival a;
+      if (!admit_now(ex, rt, a)) return false;
+      emit_passed(ex, rt, a, false, duration::zero());
+      if constexpr (has_outcome) {
+        if (watches_outcome()) {
+          if (!inner_) {
+            out = watch_finish(ex, rt, a);
+            return true;
+          }
+          out = run_inner_now(ex, rt);
+          deliver_outcome(a.key, a.overflow, a.t, rt.now(), out.ok());
+          return true;
+        }
+      }
+      out = run_inner_now(ex, rt);
+      return true;
+    }
+  }
+
   task<outcome> run(exchange& ex, route_runtime& rt) override {
     arrival a;
     std::exception_ptr failure = select_and_decide(ex, rt, a);  // one slot in the frame for both decisions
@@ -269,6 +297,29 @@ class gate_step final : public wrapper, public keyed_gate {
   // The key, then the first decision. Null, or what the selector or the limiter threw. A
   // selector that throws fails the exchange like any user callback: an rc::error as it is, any
   // other exception as RC5001 (retryable) naming the gate's key option, with the original as cause.
+  // try_run_now's decision (unkeyed, plain state): true when admitted, the state then updated.
+  // A limiter that throws leaves it to run(), which fails the exchange.
+  bool admit_now(exchange& ex, route_runtime& rt, arrival& a) {
+    try {
+      std::lock_guard lock(mutex_);
+      a.now = rt.now();
+      gate_arrival in{.now = a.now, .can_queue = false, .deadline = ex.deadline()};
+      if constexpr (traits.queues) {
+        in.queued = single_.waiters;
+        in.waiting = waiting_;
+      }
+      typename L::state trial = single_.state;
+      a.t = ticket{};
+      a.decision = limiter_.decide(trial, in, a.t);
+      if (!a.decision.admitted()) return false;
+      single_.state = trial;
+    } catch (...) {
+      return false;
+    }
+    if constexpr (has_note) limiter_.note(ex, rt, a.key, a.t, a.decision);
+    return true;
+  }
+
   std::exception_ptr select_and_decide(exchange& ex, route_runtime& rt, arrival& a) {
     if (keyed()) {
       try {

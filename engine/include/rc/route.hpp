@@ -115,8 +115,6 @@ class route_runtime {
  private:
   friend class context;
   friend class source_context;
-  /// A run started by source_context::spawn: the exchange lives in this one frame.
-  detail::detached spawn_run(exchange ex);
   void begin_run(exchange& ex, time_point& started);
   void end_run(exchange& ex, outcome& o, time_point started);
   outcome run_steps_now(std::span<const std::unique_ptr<step>> steps, exchange& ex);
@@ -128,6 +126,12 @@ class route_runtime {
     bool events_on = false;  // the current step gets generic step events
   };
   bool advance(std::span<const std::unique_ptr<step>> steps, step_cursor& c, exchange& ex, outcome& o);
+  bool finish_now(step& s, step_cursor& c, exchange& ex, outcome& r);
+  // A run of source_context::spawn / emit starts synchronously and becomes a coroutine only at a
+  // step that waits (`c` there): it continues from that step. spawn_run's frame is the only one
+  // a parked exchange costs, and holds the exchange.
+  detail::detached spawn_run(exchange ex, step_cursor c, time_point started, outcome o);
+  task<run_result> process_from(exchange ex, step_cursor c, time_point started, outcome o);
   bool before_step(step& s, exchange& ex, time_point& started);
   void after_step(step& s, exchange& ex, outcome& o, bool events, time_point started);
   // route:stopping / route:stopped fire once per route: when its finite source has finished and

@@ -69,6 +69,18 @@ class step {
   virtual outcome run_now(exchange&, route_runtime&) { std::terminate(); }
   /// The asynchronous path. May throw.
   virtual task<outcome> run(exchange& ex, route_runtime& rt) { co_return run_now(ex, rt); }
+  /// For a step that is not synchronous() but often need not wait (a bulkhead with a free slot):
+  /// finish now into `out` and return true; or return false, and the executor awaits
+  /// resume(ex, rt, out). A step that returns false having done nothing observable (no event,
+  /// nothing acquired or counted, no user callback run) needs no resume(): it is run(). One that
+  /// got part way (retry: a first attempt failed) leaves its progress in `out` for its resume().
+  /// Lets a route stay on its synchronous path until a step really waits. May throw.
+  virtual bool try_run_now(exchange&, route_runtime&, outcome&) { return false; }
+  /// Goes on asynchronously from where try_run_now stopped (`partial`, what it left). May throw.
+  virtual task<outcome> resume(exchange& ex, route_runtime& rt, outcome partial) {
+    (void)partial;
+    return run(ex, rt);
+  }
 
   /// Steps that emit their own events (gates, segments) get no generic route:step:* events.
   virtual bool owns_events() const noexcept { return false; }
@@ -83,6 +95,15 @@ inline outcome run_now_guarded(step& s, exchange& ex, route_runtime& rt) noexcep
     return s.run_now(ex, rt);
   } catch (...) {
     return outcome::failed(std::current_exception());
+  }
+}
+/// try_run_now, an escaping exception becoming a failed outcome (true: the step finished).
+inline bool try_run_now_guarded(step& s, exchange& ex, route_runtime& rt, outcome& out) noexcept {
+  try {
+    return s.try_run_now(ex, rt, out);
+  } catch (...) {
+    out = outcome::failed(std::current_exception());
+    return true;
   }
 }
 task<outcome> run_guarded(step& s, exchange& ex, route_runtime& rt);

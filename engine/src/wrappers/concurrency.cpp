@@ -91,6 +91,24 @@ class concurrency_step final : public wrapper, public concurrency_gate {
     return o;
   }
 
+  // Queue mode with a free slot around a synchronous step: acquire, run, release now, as run()
+  // would without waiting. Keyed: left to run(), so the selector runs once per exchange.
+  bool try_run_now(exchange& ex, route_runtime& rt, outcome& out) override {
+    if (options_.key || !inner_is_sync()) return false;
+    std::string key;
+    std::size_t in_use = 0;
+    if (try_acquire(key, nullptr, in_use) != verdict::acquired) return false;  // nothing taken
+    auto& bus = rt.events();
+    slot_guard guard(this, &key, &rt.clock());
+    const bool timed = bus.listening(event_id::concurrency_released);
+    const time_point acquired_at = timed ? rt.now() : time_point{};
+    emit_acquired(ex, rt, key, duration::zero(), in_use);
+    out = run_inner_now(ex, rt);
+    guard.release();
+    emit_released(ex, rt, key, acquired_at);
+    return true;
+  }
+
   task<outcome> run(exchange& ex, route_runtime& rt) override {
     std::string key;
     if (options_.key) {

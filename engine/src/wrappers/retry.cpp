@@ -32,48 +32,78 @@ class retry_step final : public wrapper {
 
   std::string_view wrapper_kind() const noexcept override { return "retry"; }
 
+  // Around a synchronous step, the first attempt runs now: a success (or a failure that is not
+  // retried) ends here with no frame. A failure to retry goes on in resume() from attempt 1.
+  bool try_run_now(exchange& ex, route_runtime& rt, outcome& out) override {
+    if (!inner_is_sync()) return false;
+    emit_started(ex, rt);
+    out = run_inner_now(ex, rt);
+    return !retried(ex, rt, 1, out);
+  }
+
+  task<outcome> resume(exchange& ex, route_runtime& rt, outcome partial) override {
+    if (!partial.is_fail()) return run(ex, rt);  // try_run_now did nothing (asynchronous inner step)
+    return attempts(ex, rt, 1, std::move(partial));
+  }
+
   task<outcome> run(exchange& ex, route_runtime& rt) override {
+    emit_started(ex, rt);
+    return attempts(ex, rt, 0, outcome{});
+  }
+
+ private:
+  // Attempt `attempt` ended in `o`, a failure to retry (none yet when 0); runs the next ones.
+  task<outcome> attempts(exchange& ex, route_runtime& rt, int attempt, outcome o) {
     auto& bus = rt.events();
-    bus.emit(event_id::retry_started, [&] {
-      auto j = identity(ex, rt);
-      j["maxAttempts"] = options_.max_attempts;
-      return j;
-    });
-    for (int attempt = 1;; ++attempt) {
-      outcome o;
+    for (;;) {
+      if (attempt > 0) {
+        const duration wait = backoff_for(attempt, to_error(o.error));
+        bus.emit(event_id::retry_attempt, [&] {
+          auto j = identity(ex, rt);
+          j["attemptNumber"] = attempt;
+          j["maxAttempts"] = options_.max_attempts;
+          j["backoffMs"] = to_ms(wait);
+          j["lastError"] = error_json(o.error, false);
+          return j;
+        });
+        if (wait > duration::zero()) {
+          const wait_result r = co_await rt.clock().wait_until(rt.now() + wait, &rt.intake(), ex.abort_signal());
+          if (r == wait_result::cancelled) {
+            emit_stopped(ex, rt, attempt, false, &o.error);
+            co_return o;
+          }
+        }
+      }
+      ++attempt;
       if (inner_is_sync())
         o = run_inner_now(ex, rt);
       else
         o = co_await run_inner(ex, rt);
-      if (!o.is_fail()) {
-        emit_stopped(ex, rt, attempt, true, nullptr);
-        co_return o;
-      }
-      const error err = to_error(o.error);
-      if (attempt >= options_.max_attempts || !should_retry(err)) {
-        emit_stopped(ex, rt, attempt, false, &o.error);
-        co_return o;
-      }
-      const duration wait = backoff_for(attempt, err);
-      bus.emit(event_id::retry_attempt, [&] {
-        auto j = identity(ex, rt);
-        j["attemptNumber"] = attempt;
-        j["maxAttempts"] = options_.max_attempts;
-        j["backoffMs"] = to_ms(wait);
-        j["lastError"] = error_json(o.error, false);
-        return j;
-      });
-      if (wait > duration::zero()) {
-        const wait_result r = co_await rt.clock().wait_until(rt.now() + wait, &rt.intake(), ex.abort_signal());
-        if (r == wait_result::cancelled) {
-          emit_stopped(ex, rt, attempt, false, &o.error);
-          co_return o;
-        }
-      }
+      if (!retried(ex, rt, attempt, o)) co_return o;
     }
   }
 
- private:
+  // After attempt `attempt` ended in `o`: false when it is the last (retry:stopped emitted).
+  bool retried(const exchange& ex, route_runtime& rt, int attempt, const outcome& o) {
+    if (!o.is_fail()) {
+      emit_stopped(ex, rt, attempt, true, nullptr);
+      return false;
+    }
+    if (attempt >= options_.max_attempts || !should_retry(to_error(o.error))) {
+      emit_stopped(ex, rt, attempt, false, &o.error);
+      return false;
+    }
+    return true;
+  }
+
+  void emit_started(const exchange& ex, route_runtime& rt) {
+    rt.events().emit(event_id::retry_started, [&] {
+      auto j = identity(ex, rt);
+      j["maxAttempts"] = options_.max_attempts;
+      return j;
+    });
+  }
+
   bool should_retry(const error& err) const {
     if (options_.retry_on) return options_.retry_on(err);
     return err.retryable();
