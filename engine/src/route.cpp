@@ -174,6 +174,17 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
     });
 }
 
+// After a step that may have let time pass: when a timeout's deadline has passed (only a timeout
+// wrapper installs one), the run schedules nothing more and ends in `o`, already reported (the
+// timeout wrapper reports it).
+static bool deadline_ended(const exchange& ex, outcome& o) {
+  const cancel_signal* a = ex.abort_signal();
+  if (a == nullptr || !a->deadline_passed()) return false;
+  o = outcome::failed(std::make_exception_ptr(error(errc::timed_out, "deadline passed", true)));
+  o.reported = true;
+  return true;
+}
+
 // The executor's one step loop. Runs steps from the cursor while they complete synchronously;
 // returns true when the list is done (`o` says how: the first failure or drop ends it), or false
 // at an asynchronous step, which the caller awaits (step_awaiter: the step's resume() from `o`,
@@ -186,14 +197,7 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
   if (c.pending) {
     c.pending = false;
     after_step(*steps[c.next], ex, o, c.events_on, c.started);
-    if (!o.ok()) return true;
-    // A timeout's deadline passed while the step waited (only a timeout wrapper installs one):
-    // schedule nothing more; the timeout wrapper reports it.
-    if (const cancel_signal* a = ex.abort_signal(); a != nullptr && a->deadline_passed()) {
-      o = outcome::failed(std::make_exception_ptr(error(errc::timed_out, "deadline passed", true)));
-      o.reported = true;
-      return true;
-    }
+    if (!o.ok() || deadline_ended(ex, o)) return true;
     ++c.next;
   }
   for (; c.next < steps.size(); ++c.next) {
@@ -232,13 +236,7 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
     o = std::move(r);
     return false;
   }
-  // As after an awaited step: a timeout's deadline that passed meanwhile ends the run.
-  if (const cancel_signal* a = ex.abort_signal(); a != nullptr && a->deadline_passed()) {
-    o = outcome::failed(std::make_exception_ptr(error(errc::timed_out, "deadline passed", true)));
-    o.reported = true;
-    return false;
-  }
-  return true;
+  return !deadline_ended(ex, o);  // as after an awaited step
 }
 
 task<outcome> route_runtime::run_steps(std::span<const std::unique_ptr<step>> steps, exchange& ex) {
