@@ -121,6 +121,12 @@ class wrapper : public step {
   rc::scope scope() const noexcept { return scope_; }
   const step* inner() const noexcept { return inner_.get(); }
   step* inner() noexcept { return inner_.get(); }
+  /// Puts `s` in place of the inner step and returns the old one. Only before the route is added
+  /// to a context (a test kit replacing an endpoint), never while it runs.
+  std::unique_ptr<step> replace_inner(std::unique_ptr<step> s) noexcept {
+    std::swap(inner_, s);
+    return s;
+  }
 
   /// The kind in gate ids and events: "throttle", "slowDown", "rateLimit", "retry", "delay".
   virtual std::string_view wrapper_kind() const noexcept { return "wrapper"; }
