@@ -88,6 +88,22 @@ TEST_CASE("test_context: run_until_idle returns when nothing waits any more") {
   CHECK(tc.now() == at_ms(2000));
 }
 
+TEST_CASE("test_context: run_until_idle is not held up by a direct source serving its name") {
+  rc::testing::test_context tc;
+  rc::spy<int> out;
+  tc.add(rc::craft().id("served").from(rc::direct<int>("double")).transform([](int n) { return n * 2; }));
+  tc.add(rc::craft()
+             .id("caller")
+             .from(rc::simple(std::vector<int>{1, 2}))
+             .delay(1s)
+             .request<int>(rc::direct<int>("double"))
+             .to(out));
+  tc.start_and_wait_ready();
+  tc.run_until_idle();
+  CHECK(out.bodies() == std::vector<int>{2, 4});
+  CHECK(tc.now() == at_ms(1000));  // not the end of time
+}
+
 TEST_CASE("test_context: a limit of zero is RC5003") {
   CHECK_THROWS_MATCHES(rc::testing::test_context({.limit = 0s}), rc::error, rc_error(rc::errc::misconfigured, "limit"));
 }
