@@ -224,6 +224,8 @@ TEST_CASE("jsonl, on_parse_error fail (default): each bad line fails with RC5016
   CHECK(failed[0].details["error"]["code"] == "RC5016");
   CHECK(failed[0].details["error"]["message"].get<std::string>().find("line 3") != std::string::npos);
   CHECK(failed[1].details["error"]["message"].get<std::string>().find("line 4") != std::string::npos);
+  // The failed exchange still holds the raw line, so the event shows what did not parse.
+  CHECK(failed[0].details["exchange"]["body"] == nlohmann::json{{"text", "{\"id\":\"c\","}, {"line", 3}});
   CHECK(events.count("route:parse:failed") == 2);
   CHECK(events.count("context:error") == 2);
   // The parse step is a step of the chain: its failure is a step error naming it.
@@ -335,4 +337,33 @@ TEST_CASE("jsonl: a missing file is RC5014; options are checked") {
   CHECK(events.all()[0].details["error"]["code"] == "RC5014");
   CHECK_THROWS_MATCHES(rc::jsonl({.path = "x", .chunk_bytes = 0}), rc::error,
                        rc::test::rc_error(rc::errc::misconfigured, "chunk_bytes"));
+}
+
+TEST_CASE("jsonl: parsing comes before the route's gates, so a bad line takes no throttle token") {
+  // One token, reject mode, both lines at the same instant: were the bad line admitted first, the
+  // good one would be refused with RC5013.
+  temp_dir dir;
+  const auto in = dir.write("two.jsonl", "not json\n{\"id\":\"ok\",\"qty\":1}\n");
+  rc::context ctx(rc::virtual_time);
+  event_recorder events(ctx);
+  rc::spy<order> out;
+  ctx.add(rc::craft()
+              .id("l")
+              .on_parse_error(rc::parse_error::drop)
+              .throttle({.rate = 1, .mode = rc::throttle_mode::reject})
+              .from(rc::jsonl<order>({.path = in}))
+              .to(out));
+  ctx.start();
+  ctx.drain();
+  CHECK(ids(out.bodies()) == std::vector<std::string>{"ok"});
+  CHECK(events.count("route:throttle:passed") == 1);
+  CHECK(events.count("route:throttle:rejected") == 0);
+  CHECK(events.named("route:exchange:dropped")[0].details["reason"] == "parse-failed");
+}
+
+TEST_CASE("on_parse_error is a route option: after from() it is RC2001") {
+  temp_dir dir;
+  auto b = rc::craft().id("l").from(rc::jsonl({.path = dir.file("x.jsonl")}));
+  CHECK_THROWS_MATCHES(std::move(b).on_parse_error(rc::parse_error::drop), rc::error,
+                       rc::test::rc_error(rc::errc::invalid_dsl, "on_parse_error"));
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,19 @@ struct raw_record {
   std::uint64_t line = 0;           // the line the record starts on (1-based)
   std::uint64_t record = 0;         // csv: the record's number (1-based, a header row counts)
 };
+
+/// How a raw record shows in events (a failed exchange's `exchange.body`): the text or fields,
+/// the reader's error, and where it was.
+inline void to_json(nlohmann::json& j, const raw_record& r) {
+  j = nlohmann::json::object();
+  if (!r.fields.empty())
+    j["fields"] = r.fields;
+  else
+    j["text"] = r.text;
+  if (!r.error.empty()) j["error"] = r.error;
+  j["line"] = r.line;
+  if (r.record != 0) j["record"] = r.record;
+}
 
 /// Bytes of a file (read in chunks) or of a string in memory.
 class byte_input {
