@@ -3,7 +3,8 @@
 //   data-bench --format csv|jsonl [--mb 1024] [--dir /tmp] [--keep]
 // The input is generated in --dir before the run (not timed) and removed afterwards unless
 // --keep. Peak RSS is getrusage's ru_maxrss for the whole process, generation included (which
-// writes through a small buffer).
+// writes through a small buffer). cpu_seconds is the process's user + system time during the run
+// (rows_per_cpu_s: the figure that holds on a machine shared with other work).
 #include <sys/resource.h>
 
 #include <atomic>
@@ -27,6 +28,13 @@ void from_json(const nlohmann::json& j, row& r) {
   j.at("name").get_to(r.name);
   j.at("amount").get_to(r.amount);
   j.at("note").get_to(r.note);
+}
+
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
 long peak_rss_kb() {
@@ -97,6 +105,7 @@ int main(int argc, char** argv) {
   std::atomic<std::uint64_t> seen{0};
   std::atomic<std::uint64_t> bad{0};
   const auto started = std::chrono::steady_clock::now();
+  const double cpu_started = cpu_seconds();
   {
     rc::context ctx;
     auto sub = ctx.on("route:parse:failed", [&](const rc::event&) { bad.fetch_add(1, std::memory_order_relaxed); });
@@ -113,13 +122,16 @@ int main(int argc, char** argv) {
     ctx.stop();
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double cpu = cpu_seconds() - cpu_started;
   if (!keep) std::filesystem::remove(path);
   std::printf(
       "{\"format\":\"%s\",\"file_mb\":%.1f,\"rows\":%llu,\"completed\":%llu,\"parse_failed\":%llu,\"seconds\":%.2f,"
-      "\"rows_per_s\":%.0f,\"mb_per_s\":%.1f,\"peak_rss_mb_before_run\":%.1f,\"peak_rss_mb\":%.1f}\n",
+      "\"rows_per_s\":%.0f,\"cpu_seconds\":%.2f,\"rows_per_cpu_s\":%.0f,\"mb_per_s\":%.1f,\"peak_rss_mb_before_run\":%."
+      "1f,\"peak_rss_mb\":%.1f}\n",
       format.c_str(), static_cast<double>(file_bytes) / (1024.0 * 1024.0), static_cast<unsigned long long>(rows),
       static_cast<unsigned long long>(seen.load()), static_cast<unsigned long long>(bad.load()), secs,
-      static_cast<double>(seen.load()) / secs, static_cast<double>(file_bytes) / (1024.0 * 1024.0) / secs,
-      static_cast<double>(rss_before) / 1024.0, static_cast<double>(peak_rss_kb()) / 1024.0);
+      static_cast<double>(seen.load()) / secs, cpu, static_cast<double>(seen.load()) / cpu,
+      static_cast<double>(file_bytes) / (1024.0 * 1024.0) / secs, static_cast<double>(rss_before) / 1024.0,
+      static_cast<double>(peak_rss_kb()) / 1024.0);
   return seen.load() == rows && bad.load() == 0 ? 0 : 1;
 }
