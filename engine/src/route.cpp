@@ -102,6 +102,8 @@ void route_runtime::assemble_chain() {
 
   // The part below the gates: the user steps, flat when nothing wraps them.
   std::vector<std::unique_ptr<step>> chain;
+  if (def_.source)
+    if (auto parse = def_.source->make_parse_step(def_.on_parse_error)) chain.push_back(std::move(parse));
   for (auto& g : def_.gates) chain.push_back(std::move(g));
   def_.gates.clear();
   if (below_gates == wrappers.end()) {

@@ -98,6 +98,15 @@ class route_builder {
     return std::move(*this);
   }
 
+  /// What a record that a parsing source (rc::json, rc::jsonl, rc::csv) cannot parse does:
+  /// fail (default, RC5016), drop ("parse-failed") or abort (fail, then the source stops).
+  /// See rc/parse.hpp and docs/data.md.
+  route_builder&& on_parse_error(parse_error mode) && {
+    require_before_from("on_parse_error");
+    def_.on_parse_error = mode;
+    return std::move(*this);
+  }
+
   // ---- wrappers: route scope before from(), step scope (the next step) after ----------------
   route_builder&& throttle(throttle_options o) && {
     o.validate();

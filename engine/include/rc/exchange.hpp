@@ -97,6 +97,8 @@ class any_body {
   }
   /// The value as JSON when the type converts to JSON (log, events); null otherwise.
   nlohmann::json to_json() const { return ops_ && ops_->json ? ops_->json(buffer_) : nlohmann::json(); }
+  /// Whether to_json() converts the value (false for an empty body or a type without to_json).
+  bool converts_to_json() const noexcept { return ops_ && ops_->json; }
 
   void reset() noexcept {
     if (ops_) ops_->destroy(buffer_);

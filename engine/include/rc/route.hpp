@@ -2,8 +2,10 @@
 //
 // The run list of a route follows one fixed chain, outside in, whatever order the builder calls
 // came in (route_layer):
-//   error( [gate_1 ... gate_n, cache( circuit_breaker( retry( timeout( concurrency_1( ...
+//   error( [parse, gate_1 ... gate_n, cache( circuit_breaker( retry( timeout( concurrency_1( ...
 //       concurrency_m( user steps ))))))] )
+// `parse` exists when the source parses its records (rc/parse.hpp): a flat step run once, before
+// the gates, so a record that does not parse costs no token and the error handler sees it.
 // Gates (throttle, slow_down, rate_limit) are flat steps in declaration order, each admitting
 // once; the layers below them are segment wrappers that run the user steps as a nested run (so
 // retry re-runs only what is below it). Among concurrency wrappers the first declared is
@@ -27,6 +29,7 @@
 #include "rc/clock.hpp"
 #include "rc/events.hpp"
 #include "rc/exchange.hpp"
+#include "rc/parse.hpp"
 #include "rc/step.hpp"
 #include "rc/task.hpp"
 
@@ -46,6 +49,12 @@ class source_base {
   /// Finite sources are waited for by drain(); a source that serves requests until stopped
   /// (direct, timer without a count, http) is not.
   virtual bool finite() const noexcept { return true; }
+  /// A source whose records need parsing returns the step that parses them (rc/parse.hpp); the
+  /// route runs it first, and `mode` is the route's on_parse_error.
+  virtual std::unique_ptr<step> make_parse_step(parse_error mode) {
+    (void)mode;
+    return nullptr;
+  }
 };
 
 using segment_factory = std::function<std::unique_ptr<step>(std::unique_ptr<step> tail)>;
@@ -67,6 +76,7 @@ struct route_definition {
   std::string title;
   std::string description;
   std::unique_ptr<source_base> source;
+  parse_error on_parse_error = parse_error::fail;  // what a parsing source's bad record does
   std::vector<std::unique_ptr<step>> gates;  // route scope, admit once, declaration order
   std::vector<route_wrapper> wrappers;       // route scope, other layers (any order)
   std::vector<std::unique_ptr<step>> steps;  // the user pipeline
