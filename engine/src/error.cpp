@@ -29,6 +29,8 @@ constexpr code_entry code_table[] = {
     {errc::connection_failed, true, "connection failed"},
     {errc::timed_out, true, "timeout"},
     {errc::rate_limited, true, "rate limited"},
+    {errc::resource_not_accessible, false, "file or resource not found or not accessible"},
+    {errc::source_parse_failed, false, "source parse failed"},
     {errc::circuit_open, false, "circuit breaker is open"},
     {errc::concurrency_limited, true, "concurrency limit exceeded"},
     {errc::cache_provider, true, "cache provider failed"},
