@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <map>
 #include <rc/rc.hpp>
@@ -358,5 +359,23 @@ TEST_CASE("directory: a restarted poller with a stable owner id takes back its o
   ctx.start();
   ctx.drain();
   CHECK(t.exactly_once(2));
+  CHECK(names_in(dir / ".processing").empty());
+}
+
+TEST_CASE("directory: on a real-time context with two threads, a batch folder is drained and done") {
+  temp_dir dir;
+  make_files(dir, 50);
+  std::atomic<int> runs{0};
+  rc::context ctx(rc::context_options{.threads = 2});
+  ctx.add(rc::craft()
+              .id("d")
+              .from(rc::directory(dir.path(), {.interval = 10ms, .stop_when_empty = true}))
+              .process([&](rc::exchange&) { ++runs; }));
+  ctx.start();
+  ctx.drain();
+  const rc::stop_result r = ctx.stop();
+  CHECK_FALSE(r.forced);
+  CHECK(runs == 50);
+  CHECK(count_in(dir / ".done") == 50);
   CHECK(names_in(dir / ".processing").empty());
 }
