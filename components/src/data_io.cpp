@@ -16,7 +16,7 @@ namespace rc::detail {
 namespace {
 
 [[noreturn]] void io_failed(std::string_view adapter, std::string_view what, const std::string& path, int err) {
-  throw error(errc::resource_unavailable,
+  throw error(errc::resource_not_accessible,
               fmt::format("{}: cannot {} \"{}\": {}", adapter, what, path, std::strerror(err)));
 }
 

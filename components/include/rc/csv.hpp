@@ -120,7 +120,7 @@ class csv_parse_step final : public parse_step {
  protected:
   void parse(exchange& ex) override {
     raw_record& raw = ex.body<raw_record>();
-    if (!raw.error.empty()) throw error(errc::parse_failed, fmt::format("{}: {}", where(ex), raw.error));
+    if (!raw.error.empty()) throw error(errc::source_parse_failed, fmt::format("{}: {}", where(ex), raw.error));
     if (strict_) csv_check_count(raw.fields.size(), expected_, *names_);
     T value = csv_convert<T>(std::move(raw.fields), *names_);
     ex.set_body(std::move(value));
@@ -165,7 +165,7 @@ class csv_file final : public source<T>, public destination_base {
     if (o_.header) {
       const detail::read_status st = reader.next(fields);
       if (st == detail::read_status::malformed)
-        throw error(errc::parse_failed,
+        throw error(errc::source_parse_failed,
                     fmt::format("csv \"{}\" header row (line {}): {}", o_.path, reader.line(), reader.error()));
       if (st == detail::read_status::end) co_return;
       if (o_.columns.empty()) names_ = std::move(fields);
@@ -253,7 +253,7 @@ struct csv_transformer {
         if (options.strict) detail::csv_check_count(fields.size(), expected, names);
         out.push_back(detail::csv_convert<T>(std::move(fields), names));
       } catch (const std::exception& e) {
-        throw error(errc::parse_failed,
+        throw error(errc::source_parse_failed,
                     fmt::format("csv(): record {} (line {}): {}", reader.record(), reader.line(), e.what()));
       }
     }

@@ -121,7 +121,7 @@ struct json_transformer {
     try {
       return detail::json_to<T>(nlohmann::json::parse(text));
     } catch (const nlohmann::json::exception& e) {
-      throw error(errc::parse_failed, fmt::format("json(): {}", e.what()));
+      throw error(errc::source_parse_failed, fmt::format("json(): {}", e.what()));
     }
   }
   std::string operator()(const T& value) const { return nlohmann::json(value).dump(indent); }

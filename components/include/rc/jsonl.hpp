@@ -57,7 +57,7 @@ class jsonl_parse_step final : public parse_step {
  protected:
   void parse(exchange& ex) override {
     raw_record& raw = ex.body<raw_record>();
-    if (!raw.error.empty()) throw error(errc::parse_failed, fmt::format("{}: {}", where(ex), raw.error));
+    if (!raw.error.empty()) throw error(errc::source_parse_failed, fmt::format("{}: {}", where(ex), raw.error));
     T value = json_to<T>(nlohmann::json::parse(raw.text));
     ex.set_body(std::move(value));
   }
@@ -134,7 +134,7 @@ struct jsonl_transformer {
       try {
         out.push_back(detail::json_to<T>(nlohmann::json::parse(line)));
       } catch (const nlohmann::json::exception& e) {
-        throw error(errc::parse_failed, fmt::format("jsonl(): line {}: {}", lines.line(), e.what()));
+        throw error(errc::source_parse_failed, fmt::format("jsonl(): line {}: {}", lines.line(), e.what()));
       }
     }
     return out;

@@ -28,8 +28,8 @@ enum class errc : int {
   connection_failed = 5010,     // RC5010
   timed_out = 5011,             // RC5011
   rate_limited = 5013,          // RC5013
-  resource_unavailable = 5014,  // RC5014
-  parse_failed = 5016,          // RC5016
+  resource_not_accessible = 5014,  // RC5014
+  source_parse_failed = 5016,      // RC5016
   circuit_open = 5025,          // RC5025
   concurrency_limited = 5026,   // RC5026
   cache_provider = 5028,        // RC5028
