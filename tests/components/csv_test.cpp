@@ -307,3 +307,19 @@ TEST_CASE("csv: the transformer parses a string into records and writes them bac
   CHECK(parsed.bodies()[0] == std::vector<person>{{"Ada", "London, UK"}});
   CHECK(text.bodies() == std::vector<std::string>{"city,name\r\n\"London, UK\",Ada\r\n"});
 }
+
+TEST_CASE("csv and jsonl destinations: a file that cannot be written fails the exchange with RC5014") {
+  temp_dir dir;
+  rc::context ctx(rc::virtual_time);
+  event_recorder events(ctx, "route:exchange:failed");
+  ctx.add(rc::craft().id("c").from(rc::simple(rc::csv_row{"a"})).to(rc::csv({.path = dir.file("no/dir/o.csv")})));
+  ctx.add(rc::craft().id("l").from(rc::simple(1)).to(rc::jsonl({.path = dir.file("no/dir/o.jsonl")})));
+  ctx.start();
+  ctx.drain();
+  const auto failed = events.all();
+  REQUIRE(failed.size() == 2);
+  for (const auto& e : failed) {
+    CHECK(e.details["error"]["code"] == "RC5014");
+    CHECK(e.details["error"]["message"].get<std::string>().find("No such file or directory") != std::string::npos);
+  }
+}
