@@ -372,3 +372,35 @@ TEST_CASE("set_wall_time moves event timestamps and wall_time_ms with it") {
       ctx.wall_time_ms() ==
       std::chrono::duration_cast<std::chrono::milliseconds>((utc(2026, 3, 29, 1) + 1500ms).time_since_epoch()).count());
 }
+
+TEST_CASE("a wall clock stepped back while cron sleeps: it sleeps again instead of firing early") {
+  rc::context ctx(rc::virtual_time);
+  ctx.set_wall_time(utc(2026, 1, 1));
+  rc::spy<rc::cron_tick> out;
+  ctx.add(rc::craft().id("c").from(rc::cron("0 * * * *", {.max_fires = 2})).to(out));
+  ctx.start();
+  ctx.advance(30min);
+  ctx.set_wall_time(utc(2026, 1, 1));  // back 30 minutes
+  ctx.drain();
+  const auto got = out.received();
+  REQUIRE(got.size() == 2);
+  // 01:00 on the stepped clock is 90 minutes of engine time after the start.
+  CHECK(rc::test::in_ms(out.times()) == std::vector<double>{90 * 60e3, 150 * 60e3});
+  CHECK(iso(got[0].body.fired) == "2026-01-01T01:00:00.000Z");
+}
+
+TEST_CASE("a wall clock stepped forward past fires: the due fire happens once, the others are skipped") {
+  rc::context ctx(rc::virtual_time);
+  ctx.set_wall_time(utc(2026, 1, 1));
+  rc::spy<rc::cron_tick> out;
+  ctx.add(rc::craft().id("c").from(rc::cron("0 * * * *", {.max_fires = 2})).to(out));
+  ctx.start();
+  ctx.advance(30min);
+  ctx.set_wall_time(utc(2026, 1, 1, 5, 30));  // forward five hours
+  ctx.drain();
+  const auto got = out.received();
+  REQUIRE(got.size() == 2);
+  CHECK(iso(got[0].body.scheduled) == "2026-01-01T01:00:00.000Z");
+  CHECK(iso(got[0].body.fired) == "2026-01-01T06:00:00.000Z");      // woke at its engine time
+  CHECK(iso(got[1].body.scheduled) == "2026-01-01T07:00:00.000Z");  // 02:00 to 06:00 skipped
+}

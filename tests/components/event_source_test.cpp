@@ -1,10 +1,12 @@
 // rc::on_event: a source fed by the context's event bus. Filtering by name, pattern and
 // predicate; the body; no feeding on its own events; no ping-pong between two event routes; the
-// bounded queue's overflow policy and event. Virtual time throughout.
+// bounded queue's overflow policy and event. Virtual time, but for one run on two real threads.
 #include <catch2/catch.hpp>
 #include <rc/rc.hpp>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/dsl_support.hpp"
@@ -178,4 +180,19 @@ TEST_CASE("an event route stops with the context and drops what it had queued") 
   CHECK(seen.count() == 1);
   const auto r = ctx.stop();
   CHECK_FALSE(r.forced);
+}
+
+TEST_CASE("on_event on a real clock with two threads delivers every event once") {
+  rc::context ctx(rc::context_options{.threads = 2});
+  rc::spy<rc::event_message> seen;
+  ctx.add(rc::craft().id("w").from(rc::on_event("route:exchange:completed")).to(seen));
+  ctx.add(rc::craft().id("x").from(rc::simple(std::vector<int>(200, 1))).to(rc::noop()));
+  ctx.start();
+  ctx.drain();  // x is done; the event route may still be working through its queue
+  for (int i = 0; i < 400 && seen.count() < 200; ++i) std::this_thread::sleep_for(5ms);
+  CHECK(seen.count() == 200);
+  std::set<std::string> ids;
+  for (const auto& b : seen.bodies()) ids.insert(b.details["exchangeId"].get<std::string>());
+  CHECK(ids.size() == 200);
+  ctx.stop();
 }
