@@ -2,7 +2,8 @@
 # Installs the Debian packages the build needs, only those missing. Quiet when all are present.
 set -euo pipefail
 packages=(g++ cmake ninja-build make libboost1.81-dev libfmt-dev nlohmann-json3-dev catch2
-          libbenchmark-dev libmuparser-dev wrk libssl-dev openssl)
+          libbenchmark-dev libmuparser-dev wrk libssl-dev openssl
+          libhowardhinnant-date-dev tzdata)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -45,6 +45,11 @@ class steady_scheduler final : public scheduler {
   duration coarse_resolution() const noexcept override {
     return coarse_resolution_ == duration::max() ? duration::zero() : coarse_resolution_;
   }
+  // Read afresh each time: a step of the system clock shows in the next conversion.
+  duration wall_offset() const override {
+    return std::chrono::duration_cast<duration>(std::chrono::system_clock::now().time_since_epoch()) -
+           now().time_since_epoch();
+  }
 
   ~steady_scheduler() override {
     std::lock_guard lock(mutex_);
@@ -130,9 +135,8 @@ struct context::impl {
       clock = std::make_unique<steady_scheduler>(io);
     }
     clock->set_executor([this](std::coroutine_handle<> h) { asio::post(io, [h] { h.resume(); }); });
-    auto render = is_virtual ? std::function<std::string(time_point)>([](time_point t) {
-      return iso_timestamp(std::chrono::system_clock::time_point(
-          std::chrono::duration_cast<std::chrono::system_clock::duration>(t.time_since_epoch())));
+    auto render = is_virtual ? std::function<std::string(time_point)>([this](time_point t) {
+      return iso_timestamp(std::chrono::time_point_cast<std::chrono::system_clock::duration>(clock->to_wall(t)));
     })
                              : std::function<std::string(time_point)>(
                                    [](time_point) { return iso_timestamp(std::chrono::system_clock::now()); });
@@ -332,6 +336,12 @@ void context::run_until_idle() {
   m.run_virtual(time_point::max(), [] { return false; });
 }
 
+void context::set_wall_time(wall_time w) {
+  auto& m = *impl_;
+  m.require_virtual("set_wall_time");
+  m.manual->set_wall_time(w);
+}
+
 void context::stall(duration d) {
   auto& m = *impl_;
   m.require_virtual("stall");
@@ -342,7 +352,7 @@ time_point context::now() const { return impl_->clock->now(); }
 std::int64_t context::wall_time_ms() const {
   using std::chrono::duration_cast;
   using std::chrono::milliseconds;
-  if (impl_->is_virtual) return duration_cast<milliseconds>(now().time_since_epoch()).count();
+  if (impl_->is_virtual) return duration_cast<milliseconds>(impl_->clock->wall_now().time_since_epoch()).count();
   return duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 scheduler& context::clock() noexcept { return *impl_->clock; }

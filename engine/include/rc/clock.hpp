@@ -8,6 +8,14 @@
 //
 // Two clocks: `manual_clock` (tests, rc-sim) whose time moves only when told, and the steady
 // clock that the context builds on Asio (context.cpp). Nothing else reads a clock or sleeps.
+//
+// Wall time (the calendar, UTC) is a view of engine time through one offset: to_wall(t) =
+// t + wall_offset(). The manual clock's offset is fixed (0 by default, so virtual time starts at
+// 1970-01-01T00:00:00Z; set_wall_time picks another start) and moves only with set_wall_time. The
+// steady clock's offset is re-read from the system clock at each call, so a wall-clock jump
+// (NTP step, manual change) shows in the next conversion; waits stay on the monotonic clock. A
+// calendar schedule converts its next wall instant to engine time, sleeps until then, and checks
+// the wall clock again when it wakes.
 #pragma once
 
 #include <atomic>
@@ -91,6 +99,14 @@ class scheduler {
   /// Exact (resolution zero) on the manual clock.
   virtual time_point coarse_now() const { return now(); }
   virtual duration coarse_resolution() const noexcept { return duration::zero(); }
+
+  /// The wall-clock instant minus engine time, as of now (see the file comment).
+  virtual duration wall_offset() const { return duration::zero(); }
+  /// The wall-clock (UTC) instant at engine time `t`, with the current offset.
+  wall_time to_wall(time_point t) const { return wall_time(t.time_since_epoch() + wall_offset()); }
+  /// The engine time at which the wall clock reads `w`, with the current offset.
+  time_point from_wall(wall_time w) const { return time_point(w.time_since_epoch() - wall_offset()); }
+  wall_time wall_now() const { return to_wall(now()); }
 
   /// Where woken coroutines are resumed. Until set, they are resumed inline (pure engine tests).
   void set_executor(executor_fn fn) { executor_ = std::move(fn); }
@@ -238,9 +254,13 @@ class manual_clock final : public scheduler {
   void set_now(time_point t);
   /// Wakes the earliest wait if it is due at or before `limit`, moving now() to its due time.
   bool fire_next(time_point limit);
+  /// Makes the wall clock read `w` at now(); later wall times follow engine time from there.
+  void set_wall_time(wall_time w) noexcept { wall_offset_ = w.time_since_epoch() - now_.time_since_epoch(); }
+  duration wall_offset() const override { return wall_offset_; }
 
  private:
   time_point now_{};
+  duration wall_offset_{};
 };
 
 }  // namespace rc

@@ -86,10 +86,15 @@ class context {
   /// or a VM stalls: every wait that fell due meanwhile wakes late, at the new now(), on the next
   /// advance() or run_until_idle(). For testing how the engine copes with late timers.
   void stall(duration d);
+  /// Makes the wall clock (UTC) read `w` now; virtual time then runs on from that instant. Calendar
+  /// schedules (cron, a timer's exact_time), event timestamps and wall_time_ms() follow it. The
+  /// default start is 1970-01-01T00:00:00Z.
+  void set_wall_time(wall_time w);
 
   time_point now() const;
   /// Wall-clock time as Unix epoch milliseconds, for values that must be absolute (legacy
-  /// X-RateLimit-Reset, Date). Virtual time reports 1970 + engine time, as event timestamps do.
+  /// X-RateLimit-Reset, Date). Virtual time reports the clock's wall view (1970 + engine time unless
+  /// set_wall_time moved it), as event timestamps do.
   std::int64_t wall_time_ms() const;
   scheduler& clock() noexcept;
   event_bus& events() noexcept;

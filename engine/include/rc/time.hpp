@@ -21,6 +21,10 @@ struct engine_epoch {
 
 using duration = std::chrono::nanoseconds;
 using time_point = engine_epoch::time_point;
+/// A wall-clock (calendar) instant in UTC, on the system clock's epoch (1970-01-01T00:00:00Z).
+/// Only calendar schedules (cron, a timer's exact_time) and timestamps need it; the scheduler maps
+/// it to and from engine time (scheduler::to_wall / from_wall in clock.hpp).
+using wall_time = std::chrono::sys_time<std::chrono::nanoseconds>;
 
 /// Milliseconds as a double, the unit every event payload uses (fractional values allowed).
 constexpr double to_ms(duration d) noexcept { return static_cast<double>(d.count()) / 1e6; }
