@@ -965,17 +965,18 @@ TEST_CASE("http: a server on :: takes IPv4 and IPv6 clients alike") {
 
 TEST_CASE("http: a request trickling in slower than read_timeout is 408 (slowloris)") {
   rc::context ctx(quick_stop());
-  auto src = rc::http_source({.path = "/", .server = {.read_timeout = 300ms}});
+  auto src = rc::http_source({.path = "/", .server = {.read_timeout = 30ms}});
   ctx.add(rc::craft().id("root").from(src).transform([](rc::http_request) { return std::string("ok"); }));
   running run(ctx);
   raw_client c(src.port());
   const auto started = clock_type::now();
-  // One header line every 100 ms: each byte is "recent", but the request never completes.
+  // One header line every 10 ms: each byte is "recent", but the request never completes.
   c.send("GET / HTTP/1.1\r\n");
   std::optional<reply> r;
-  for (int i = 0; i < 20 && !r; ++i) {
-    c.send(fmt::format("X-Slow-{}: 1\r\n", i));
-    r = c.read(100ms);
+  int lines = 0;
+  for (; lines < 50 && !r; ++lines) {
+    c.send(fmt::format("X-Slow-{}: 1\r\n", lines));
+    r = c.read(10ms);
   }
   REQUIRE(r);
   CHECK(r->status == 408);
@@ -986,14 +987,14 @@ TEST_CASE("http: a request trickling in slower than read_timeout is 408 (slowlor
 TEST_CASE("http: a client that does not read its response is disconnected after write_timeout") {
   rc::context ctx(quick_stop());
   constexpr std::size_t size = 16 * 1024 * 1024;  // far more than the socket buffers hold
-  auto src = rc::http_source({.path = "/big", .server = {.write_timeout = 100ms}});
+  auto src = rc::http_source({.path = "/big", .server = {.write_timeout = 20ms}});
   ctx.add(rc::craft().id("big").from(src).transform([](rc::http_request) { return std::string(size, 'x'); }));
   running run(ctx);
   raw_client c(src.port());
   c.limit_receive_buffer(64 * 1024);
   c.send(get("/big"));
   REQUIRE(c.readable_within(5000ms));  // the response has started
-  std::this_thread::sleep_for(300ms);  // reads nothing: the server's write stalls
+  std::this_thread::sleep_for(60ms);   // reads nothing: the server's write stalls past its 20 ms
   const auto received = c.drain(5000ms);
   REQUIRE(received);        // the server closed the connection
   CHECK(*received < size);  // before the response was all out
