@@ -13,6 +13,7 @@
 #include "rc/keys.hpp"
 #include "rc/log.hpp"
 #include "rc/options.hpp"
+#include "rc/prometheus.hpp"
 #include "rc/recovery.hpp"
 #include "rc/route.hpp"
 #include "rc/simple.hpp"
