@@ -23,7 +23,7 @@
 // cannot be half-written), and ends with a close_notify exchange bounded by the linger time.
 //
 // Built-in endpoints (metrics_path, health_path, ready_path) are the server's, matched before the
-// routes in the same locked lookup, so a server without them pays three empty-string checks. A
+// routes in the same locked lookup, so a server without them pays one flag check per request. A
 // route with the same literal path is refused when it starts. Every response the server sends is
 // counted by status (a relaxed atomic per response); /metrics reads those counters, the engine's
 // snapshot and /proc only when scraped (rc/prometheus.hpp renders them).
