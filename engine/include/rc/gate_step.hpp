@@ -571,8 +571,11 @@ class gate_step final : public wrapper, public keyed_gate {
     return j;
   }
 
+  // Out of line and cold: the histogram's bucket search stays off the unpaced path's code.
+  [[gnu::noinline, gnu::cold]] void count_waited(duration elapsed) noexcept { counters_.passed_after(elapsed); }
+
   void emit_passed(const exchange& ex, route_runtime& rt, const arrival& a, bool waited, duration elapsed) {
-    if (waited) counters_.passed_after(elapsed);  // admitted at once: counted with the decision
+    if (waited) count_waited(elapsed);  // admitted at once: counted with the decision
     rt.events().emit(traits.passed, [&] {
       auto j = fields(ex, rt, a, traits.passed);
       if constexpr (traits.waits) {
@@ -587,12 +590,12 @@ class gate_step final : public wrapper, public keyed_gate {
   gate_common common_;
   mutable std::mutex mutex_;  // the states and queues: routes may run on several threads
   slot single_;               // the one state of an unkeyed gate; the overflow state of a keyed one
+  gate_counters counters_;    // next to the state the decision has just written
   keyed_lru<slot> table_;
   [[no_unique_address]] sketch_type sketch_;  // the overflow of a hit-counting gate
   wait_queue single_queue_;
   std::unordered_map<const slot*, wait_queue> queues_;  // keyed slots with waiters only
   std::size_t waiting_ = 0;
-  gate_counters counters_;
 };
 
 /// Builds a gate from a limiter (validated already) and the shared options.
