@@ -12,6 +12,7 @@
 //                             headers, 429 + Retry-After past it); all clients: 100/s, else 429
 //   GET /bench/ok             a per-client rate limit that never refuses (the load benchmark's 200)
 //   GET /bench/limited        10 per minute per client (the load benchmark's 429)
+//   GET /metrics, /health, /ready   Prometheus metrics, liveness, readiness (docs/http.md)
 //
 //   curl -i 'http://127.0.0.1:8080/api/hello?name=ada'
 #include <charconv>
@@ -89,7 +90,12 @@ settings parse(int argc, char** argv) {
 rc::http_source_endpoint add_routes(rc::context& ctx, const samples::listen_address& at) {
   const std::string& host = at.host;
   const std::uint16_t port = at.port;
-  auto hello = rc::http_source({.host = host, .port = port, .path = "/api/hello"});
+  auto hello = rc::http_source({.host = host,
+                                .port = port,
+                                .path = "/api/hello",
+                                .metrics_path = "/metrics",
+                                .health_path = "/health",
+                                .ready_path = "/ready"});
   ctx.add(rc::craft()
               .id("hello")
               .slow_down({.window = 10s,

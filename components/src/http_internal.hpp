@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rc/http.hpp"
@@ -104,6 +105,19 @@ url_parts parse_url(std::string_view url);
 std::string percent_decode(std::string_view text, bool plus_is_space);
 
 bool iequals(std::string_view a, std::string_view b) noexcept;
+
+// ---- metrics ----------------------------------------------------------------------------------
+
+/// One HTTP server's counters as read for a scrape.
+struct listener_snapshot {
+  std::string listener;                                  // "127.0.0.1:8080", "[::1]:8080"
+  std::vector<std::pair<int, std::uint64_t>> responses;  // status -> responses sent, ascending
+  std::size_t connections = 0;                           // open now
+};
+/// The context's HTTP servers (http_server.cpp).
+std::vector<listener_snapshot> listener_snapshots(context& ctx);
+/// The built-in endpoint paths of `o` are well formed (validate()).
+void validate_builtin_paths(const http_source_options& o);
 
 /// RC5003 naming `option` of `op` unless `file` can be opened for reading.
 void require_readable_file(std::string_view op, std::string_view option, const std::string& file);

@@ -137,6 +137,7 @@ void http_source_options::validate() const {
   if (response_timeout && *response_timeout <= duration::zero())
     invalid_option("http_source", "response_timeout", "a duration > 0", ms_text(*response_timeout));
   server.validate();
+  http_detail::validate_builtin_paths(*this);
   if (tls) {
     http_detail::require_readable_file("http_source", "tls.cert_file", tls->cert_file);
     http_detail::require_readable_file("http_source", "tls.key_file", tls->key_file);
@@ -152,6 +153,22 @@ void http_options::validate() const {
 }
 
 namespace http_detail {
+
+void validate_builtin_paths(const http_source_options& o) {
+  const std::pair<std::string_view, const std::string*> paths[] = {
+      {"metrics_path", &o.metrics_path}, {"health_path", &o.health_path}, {"ready_path", &o.ready_path}};
+  for (std::size_t i = 0; i < std::size(paths); ++i) {
+    const std::string& p = *paths[i].second;
+    if (p.empty()) continue;
+    if (p.front() != '/' || p.find_first_of("?#*: \t") != std::string::npos)
+      invalid_option("http_source", paths[i].first, "a literal path starting with '/' (no '?', '#', ':' or '*')",
+                     fmt::format("\"{}\"", p));
+    for (std::size_t j = 0; j < i; ++j)
+      if (*paths[j].second == p)
+        invalid_option("http_source", paths[i].first, fmt::format("a path other than {}'s", paths[j].first),
+                       fmt::format("\"{}\"", p));
+  }
+}
 
 bool iequals(std::string_view a, std::string_view b) noexcept {
   if (a.size() != b.size()) return false;

@@ -22,6 +22,12 @@
 // through the stream's asynchronous path (the eager write_some is plain TCP only: a TLS record
 // cannot be half-written), and ends with a close_notify exchange bounded by the linger time.
 //
+// Built-in endpoints (metrics_path, health_path, ready_path) are the server's, matched before the
+// routes in the same locked lookup, so a server without them pays one flag check per request. A
+// route with the same literal path is refused when it starts. Every response the server sends is
+// counted by status (a relaxed atomic per response); /metrics reads those counters, the engine's
+// snapshot and /proc only when scraped (rc/prometheus.hpp renders them).
+//
 // Pipelines run on the context's io_context like everything else: a route whose steps are all
 // synchronous runs inline on the connection's strand; others are spawned as rc::tasks and hand
 // their result back to the strand. drain() waits for responses being written (work_started).
@@ -55,6 +61,7 @@
 #include "http_internal.hpp"
 #include "rc/context.hpp"
 #include "rc/error.hpp"
+#include "rc/prometheus.hpp"
 
 namespace rc {
 
@@ -203,7 +210,12 @@ struct route_entry {
   std::optional<duration> response_timeout;
 };
 
+// The server's own endpoints, ahead of every route.
+enum class builtin : std::uint8_t { metrics, health, ready, count_ };
+constexpr std::array<std::string_view, 3> builtin_options{"metrics_path", "health_path", "ready_path"};
+
 struct route_match {
+  std::optional<builtin> special;  // a built-in endpoint: no route
   route_runtime* route = nullptr;
   std::optional<duration> response_timeout;
   bool path_found = false;
@@ -263,6 +275,8 @@ class server : public std::enable_shared_from_this<server> {
       throw error(errc::connection_failed, fmt::format("http_source cannot listen on {}:{}: {}",
                                                        ep.address().to_string(), ep.port(), ec.message()));
     port_ = acceptor_.local_endpoint().port();
+    listener_ = ep.address().is_v6() ? fmt::format("[{}]:{}", ep.address().to_string(), port_)
+                                     : fmt::format("{}:{}", ep.address().to_string(), port_);
   }
 
   std::uint16_t port() const noexcept { return port_; }
@@ -274,12 +288,42 @@ class server : public std::enable_shared_from_this<server> {
 
   void start_accepting() { accept(); }
 
-  void add(route_entry e) {
+  /// Adds a route and turns on the built-in endpoints its options name; RC5003 when a path is
+  /// taken (by a route, or by another built-in path for the same endpoint). All or nothing.
+  void add(route_entry e, const http_source_options& o) {
     std::lock_guard lock(mutex_);
     for (const auto& r : routes_)
       if (r.method == e.method && r.path == e.path)
         throw error(errc::misconfigured, fmt::format("http_source: {} {} on port {} is already served by route \"{}\"",
                                                      e.method, e.path, port_, r.route->id()));
+    std::array<std::string, 3> paths = builtin_paths_;
+    const std::array<const std::string*, 3> asked{&o.metrics_path, &o.health_path, &o.ready_path};
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      if (asked[i]->empty()) continue;
+      const std::string p(strip_trailing_slash(*asked[i]));
+      if (!paths[i].empty() && paths[i] != p)
+        throw error(errc::misconfigured,
+                    fmt::format("http_source: route \"{}\" gives {} \"{}\" for port {}, which serves it at \"{}\"",
+                                e.route->id(), builtin_options[i], p, port_, paths[i]));
+      paths[i] = p;
+    }
+    const auto literal = [](const route_entry& r) { return r.pattern.params == 0 && !r.pattern.wildcard; };
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      if (paths[i].empty()) continue;
+      const auto clash = [&](const route_entry& r) {
+        return literal(r) && strip_trailing_slash(r.path) == std::string_view(paths[i]);
+      };
+      const route_entry* taken = clash(e) ? &e : nullptr;
+      for (const auto& r : routes_)
+        if (taken == nullptr && clash(r)) taken = &r;
+      if (taken != nullptr)
+        throw error(errc::misconfigured,
+                    fmt::format("http_source: route \"{}\" serves {} on port {}, the server's {}: built-in "
+                                "endpoints may not share a path with a route",
+                                taken->route->id(), taken->path, port_, builtin_options[i]));
+    }
+    builtin_paths_ = std::move(paths);
+    any_builtin_ = std::any_of(builtin_paths_.begin(), builtin_paths_.end(), [](const auto& p) { return !p.empty(); });
     routes_.push_back(std::move(e));
   }
 
@@ -294,6 +338,14 @@ class server : public std::enable_shared_from_this<server> {
     route_match m;
     const route_entry* best = nullptr;
     std::lock_guard lock(mutex_);
+    if (any_builtin_) {
+      const std::string_view p = strip_trailing_slash(path);
+      for (std::size_t i = 0; i < builtin_paths_.size(); ++i)
+        if (!builtin_paths_[i].empty() && p == builtin_paths_[i]) {
+          m.special = static_cast<builtin>(i);
+          return m;
+        }
+    }
     for (const auto& e : routes_) {
       if (!e.pattern.match(path, nullptr)) continue;
       m.path_found = true;
@@ -329,6 +381,54 @@ class server : public std::enable_shared_from_this<server> {
   }
   std::atomic<std::size_t>& overflow() noexcept { return overflow_; }
 
+  /// One response sent (any thread): a relaxed increment, nothing else.
+  void count_response(int status) noexcept {
+    if (status >= 100 && status < 600)
+      responses_[static_cast<std::size_t>(status - 100)].fetch_add(1, std::memory_order_relaxed);
+  }
+  http_detail::listener_snapshot snapshot() const {
+    http_detail::listener_snapshot s;
+    s.listener = listener_;
+    for (std::size_t i = 0; i < responses_.size(); ++i)
+      if (const auto n = responses_[i].load(std::memory_order_relaxed); n > 0)
+        s.responses.emplace_back(static_cast<int>(i) + 100, n);
+    s.connections = open_.load(std::memory_order_relaxed);
+    return s;
+  }
+
+  /// The answer of a built-in endpoint (GET and HEAD; 405 otherwise).
+  http_detail::response_parts builtin_response(builtin which, std::string_view method) {
+    using http_detail::response_parts;
+    if (method != "GET" && method != "HEAD") {
+      auto r = http_detail::error_response(405, "method_not_allowed", fmt::format("{} is not allowed here", method));
+      r.headers.emplace_back("Allow", "GET, HEAD");
+      return r;
+    }
+    response_parts r;
+    r.content_type = "text/plain; charset=utf-8";
+    r.headers.emplace_back("Cache-Control", "no-store");
+    switch (which) {
+      case builtin::metrics:
+        r.content_type = std::string(prometheus_content_type);
+        r.body = prometheus_text(ctx_);
+        break;
+      case builtin::health:
+        r.body = "ok\n";
+        break;
+      case builtin::ready:
+        if (ctx_.ready()) {
+          r.body = "ready\n";
+        } else {
+          r.status = 503;
+          r.body = "not ready\n";
+        }
+        break;
+      case builtin::count_:
+        break;
+    }
+    return r;
+  }
+
   void shutdown();
 
  private:
@@ -352,8 +452,12 @@ class server : public std::enable_shared_from_this<server> {
   tcp::acceptor acceptor_;
   asio::steady_timer retry_timer_;
   std::uint16_t port_ = 0;
-  mutable std::mutex mutex_;  // routes_, live_
+  std::string listener_;      // "127.0.0.1:8080": the metrics' label
+  mutable std::mutex mutex_;  // routes_, builtin_paths_, live_
   std::vector<route_entry> routes_;
+  std::array<std::string, 3> builtin_paths_;  // by builtin; empty: off (no trailing slash)
+  bool any_builtin_ = false;
+  std::array<std::atomic<std::uint64_t>, 500> responses_{};  // by status - 100
   std::unordered_set<connection_base*> live_;
   std::atomic<std::size_t> open_{0};
   std::atomic<std::size_t> overflow_{0};
@@ -763,6 +867,10 @@ class connection final : public connection_base {
     }
     http_headers params;
     const route_match m = server_->match(method, path, params);
+    if (m.special) {
+      r = server_->builtin_response(*m.special, method);
+      return false;
+    }
     if (!m.route) {
       if (m.path_found) {
         r = http_detail::error_response(405, "method_not_allowed", fmt::format("{} is not allowed here", method));
@@ -873,6 +981,7 @@ class connection final : public connection_base {
     const bool keep = keep_alive_ && !close_after_ && !server_->stopping();
     if (!keep) close_after_ = true;
     if (!trace_method_.empty()) trace(r.status);
+    server_->count_response(r.status);
     out_.clear();  // its capacity is reused from one response to the next
     http_detail::serialize_response(out_, r, head_, keep, http10_);
     phase_ = phase::writing;
@@ -1117,8 +1226,16 @@ class http_server_registry {
       servers_[{host, s->port()}] = s;
       if (o.port == 0) ephemeral_[ephemeral_key] = s;
     }
-    s->add(route_entry{o.method, o.path, path_pattern::parse(o.path), &rt, o.response_timeout});
+    s->add(route_entry{o.method, o.path, path_pattern::parse(o.path), &rt, o.response_timeout}, o);
     return s;
+  }
+
+  std::vector<http_detail::listener_snapshot> snapshots() {
+    std::lock_guard lock(mutex_);
+    std::vector<http_detail::listener_snapshot> out;
+    out.reserve(servers_.size());
+    for (const auto& [where, s] : servers_) out.push_back(s->snapshot());
+    return out;
   }
 
   void detach(const std::shared_ptr<server>& s, route_runtime& rt) {
@@ -1146,6 +1263,10 @@ class http_server_registry {
 };
 
 }  // namespace
+
+std::vector<http_detail::listener_snapshot> http_detail::listener_snapshots(context& ctx) {
+  return ctx.service<http_server_registry>().snapshots();
+}
 
 // ---- the source ---------------------------------------------------------------------------------
 

@@ -108,6 +108,10 @@ struct context::impl {
   manual_clock* manual = nullptr;
   std::unique_ptr<event_bus> bus;
   std::vector<std::unique_ptr<route_runtime>> routes;
+  // Guards `routes` against add() while snapshot() or ready() reads it from another thread.
+  mutable std::mutex routes_mutex;
+  std::atomic<bool> started{false};   // start() was called
+  std::atomic<bool> stopping{false};  // stop() was called (set before context:stopping)
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> guard;
   std::vector<std::thread> threads;
 
@@ -181,6 +185,7 @@ struct context::impl {
     source_context sc(rt);
     const bool finite = rt.definition().source->finite();
     bus->emit(event_id::route_started, [&] { return nlohmann::json{{"routeId", rt.id()}}; });
+    rt.started_.store(true, std::memory_order_release);
     try {
       co_await rt.definition().source->run(sc);
     } catch (...) {
@@ -222,7 +227,12 @@ route_runtime& context::add(route_definition def) {
   if (!def.source) throw error(errc::no_usable_source, fmt::format("route \"{}\" has no source", def.id));
   for (const auto& r : impl_->routes)
     if (r->id() == def.id) throw error(errc::duplicate_route, fmt::format("duplicate route id \"{}\"", def.id));
-  auto& rt = *impl_->routes.emplace_back(std::make_unique<route_runtime>(*this, std::move(def)));
+  auto made = std::make_unique<route_runtime>(*this, std::move(def));
+  route_runtime& rt = *made;
+  {
+    std::lock_guard lock(impl_->routes_mutex);
+    impl_->routes.push_back(std::move(made));
+  }
   impl_->bus->emit(event_id::route_registered, [&] { return nlohmann::json{{"routeId", rt.id()}}; });
   if (impl_->phase == impl::state::started) {
     if (rt.definition().source->finite()) impl_->finite_sources.fetch_add(1);
@@ -237,6 +247,7 @@ void context::start() {
   if (m.phase == impl::state::stopped) throw error(errc::context_stopped, "start() on a stopped context");
   if (m.phase == impl::state::started) return;
   m.phase = impl::state::started;
+  m.started.store(true, std::memory_order_release);
   m.bus->emit(event_id::context_starting, [] { return nlohmann::json::object(); });
   m.bus->emit(event_id::context_started, [] { return nlohmann::json::object(); });
   for (auto& r : m.routes) {
@@ -275,6 +286,7 @@ stop_result context::stop() {
     m.stopped_with = stop_result{};
     return *m.stopped_with;
   }
+  m.stopping.store(true, std::memory_order_release);  // not ready from here on (http_source's /ready)
   m.bus->emit(event_id::context_stopping, [] { return nlohmann::json::object(); });
   // Stage one: close intake. Sources stop producing; waiting gates wake and admit.
   // A finite route that already finished announced route:stopping/stopped then.
@@ -366,6 +378,33 @@ route_runtime* context::find_route(std::string_view id) noexcept {
 }
 
 const std::vector<std::unique_ptr<route_runtime>>& context::routes() const noexcept { return impl_->routes; }
+
+context_snapshot context::snapshot() const {
+  const auto& m = *impl_;
+  context_snapshot s;
+  s.started = m.started.load(std::memory_order_acquire);
+  s.stopping = m.stopping.load(std::memory_order_acquire);
+  bool all_started = true;
+  {
+    std::lock_guard lock(m.routes_mutex);
+    s.routes.reserve(m.routes.size());
+    for (const auto& r : m.routes) {
+      s.routes.push_back(r->snapshot());
+      all_started = all_started && s.routes.back().started;
+    }
+  }
+  s.ready = s.started && !s.stopping && all_started;
+  return s;
+}
+
+bool context::ready() const {
+  const auto& m = *impl_;
+  if (!m.started.load(std::memory_order_acquire) || m.stopping.load(std::memory_order_acquire)) return false;
+  std::lock_guard lock(m.routes_mutex);
+  for (const auto& r : m.routes)
+    if (!r->started()) return false;
+  return true;
+}
 
 void context::post(std::function<void()> f) { asio::post(impl_->io, std::move(f)); }
 

@@ -7,6 +7,7 @@
 
 #include "rc/context.hpp"
 #include "rc/error.hpp"
+#include "rc/wrappers/keyed_gate.hpp"
 
 namespace rc {
 namespace {
@@ -27,13 +28,19 @@ class segment_step final : public step {
 // Names every wrapper of the route "<kind>#<n>", in chain order: the route-scope wrappers in
 // their fixed order (gates in declaration order), then the user steps' wrappers, each step's
 // nested outermost first.
+// The gates among them that keep counters (throttle, slow_down, rate_limit) are collected for
+// metrics.
 class gate_namer {
  public:
+  explicit gate_namer(std::vector<std::pair<const wrapper*, const keyed_gate*>>& gates) : gates_(gates) {}
+
   void name(step* s) {
     while (s != nullptr) {
       if (auto* w = dynamic_cast<wrapper*>(s)) {
         const std::string_view kind = w->wrapper_kind();
         w->set_gate_id(fmt::format("{}#{}", kind, ++counts_[std::string(kind)]));
+        if (const auto* g = dynamic_cast<const keyed_gate*>(w); g != nullptr && g->counters() != nullptr)
+          gates_.emplace_back(w, g);
         s = w->inner();
       } else {
         if (auto* seg = dynamic_cast<segment_step*>(s))
@@ -45,6 +52,7 @@ class gate_namer {
 
  private:
   std::map<std::string, int> counts_;
+  std::vector<std::pair<const wrapper*, const keyed_gate*>>& gates_;
 };
 
 task<outcome> failed_now(std::exception_ptr e) { co_return outcome::failed(std::move(e)); }
@@ -86,8 +94,23 @@ route_runtime::route_runtime(context& ctx, route_definition def)
     : ctx_(ctx), clock_(ctx.clock()), bus_(ctx.events()), def_(std::move(def)), intake_(ctx.clock()) {
   assemble_chain();
   for (const auto& s : run_list_) all_sync_ = all_sync_ && s->synchronous();
-  gate_namer namer;
+  gate_namer namer(gates_);
   for (const auto& s : run_list_) namer.name(s.get());
+}
+
+route_snapshot route_runtime::snapshot() const {
+  route_snapshot r;
+  r.id = id();
+  r.started = started();
+  r.in_flight = in_flight();
+  r.gates.reserve(gates_.size());
+  for (const auto& [w, g] : gates_) {
+    gate_snapshot& s = r.gates.emplace_back(g->counters()->read());
+    s.id = w->gate_id();
+    s.kind = std::string(w->wrapper_kind());
+    s.label = std::string(g->gate_label());
+  }
+  return r;
 }
 
 route_runtime::~route_runtime() = default;

@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <coroutine>
+#include <future>
 #include <memory>
 #include <optional>
 #include <rc/rc.hpp>
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "support/dsl_support.hpp"
+#include "support/prometheus_check.hpp"
 
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
@@ -965,17 +967,18 @@ TEST_CASE("http: a server on :: takes IPv4 and IPv6 clients alike") {
 
 TEST_CASE("http: a request trickling in slower than read_timeout is 408 (slowloris)") {
   rc::context ctx(quick_stop());
-  auto src = rc::http_source({.path = "/", .server = {.read_timeout = 300ms}});
+  auto src = rc::http_source({.path = "/", .server = {.read_timeout = 30ms}});
   ctx.add(rc::craft().id("root").from(src).transform([](rc::http_request) { return std::string("ok"); }));
   running run(ctx);
   raw_client c(src.port());
   const auto started = clock_type::now();
-  // One header line every 100 ms: each byte is "recent", but the request never completes.
+  // One header line every 10 ms: each byte is "recent", but the request never completes.
   c.send("GET / HTTP/1.1\r\n");
   std::optional<reply> r;
-  for (int i = 0; i < 20 && !r; ++i) {
-    c.send(fmt::format("X-Slow-{}: 1\r\n", i));
-    r = c.read(100ms);
+  int lines = 0;
+  for (; lines < 50 && !r; ++lines) {
+    c.send(fmt::format("X-Slow-{}: 1\r\n", lines));
+    r = c.read(10ms);
   }
   REQUIRE(r);
   CHECK(r->status == 408);
@@ -986,14 +989,14 @@ TEST_CASE("http: a request trickling in slower than read_timeout is 408 (slowlor
 TEST_CASE("http: a client that does not read its response is disconnected after write_timeout") {
   rc::context ctx(quick_stop());
   constexpr std::size_t size = 16 * 1024 * 1024;  // far more than the socket buffers hold
-  auto src = rc::http_source({.path = "/big", .server = {.write_timeout = 100ms}});
+  auto src = rc::http_source({.path = "/big", .server = {.write_timeout = 20ms}});
   ctx.add(rc::craft().id("big").from(src).transform([](rc::http_request) { return std::string(size, 'x'); }));
   running run(ctx);
   raw_client c(src.port());
   c.limit_receive_buffer(64 * 1024);
   c.send(get("/big"));
   REQUIRE(c.readable_within(5000ms));  // the response has started
-  std::this_thread::sleep_for(300ms);  // reads nothing: the server's write stalls
+  std::this_thread::sleep_for(60ms);   // reads nothing: the server's write stalls past its 20 ms
   const auto received = c.drain(5000ms);
   REQUIRE(received);        // the server closed the connection
   CHECK(*received < size);  // before the response was all out
@@ -1327,4 +1330,177 @@ TEST_CASE("http: http_source needs a real-time context") {
   ctx.run_until_idle();
   CHECK_THROWS_AS(src.port(0ms), rc::error);
   ctx.stop();
+}
+
+// ---- metrics, health and readiness ----------------------------------------------------------------
+
+namespace {
+
+rc::test::prometheus_text scrape(std::uint16_t port, std::string_view path = "/metrics") {
+  const auto r = request(port, get(path));
+  REQUIRE(r.status == 200);
+  REQUIRE(r.header("Content-Type"));
+  CHECK(*r.header("Content-Type") == "text/plain; version=0.0.4; charset=utf-8");
+  auto p = rc::test::parse_prometheus(r.body);
+  INFO(r.body);
+  for (const auto& e : p.errors) FAIL_CHECK(e);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("http: /metrics after known traffic: gate counts, responses by status, and valid text") {
+  rc::context ctx(quick_stop());
+  auto src =
+      rc::http_source({.path = "/t", .metrics_path = "/metrics", .health_path = "/health", .ready_path = "/ready"});
+  ctx.add(rc::craft()
+              .id("t")
+              .throttle({.rate = 3, .per = rc::per::minute, .mode = rc::throttle_mode::reject, .label = "api"})
+              .from(src)
+              .transform([](rc::http_request) { return std::string("in"); }));
+  running run(ctx);
+  const auto port = src.port();
+  const std::string listener = fmt::format("listener=\"127.0.0.1:{}\"", port);
+  int ok = 0, refused = 0;
+  for (int i = 0; i < 5; ++i) {
+    const int status = request(port, get("/t")).status;
+    ok += status == 200;
+    refused += status == 429;
+  }
+  REQUIRE(ok == 3);
+  REQUIRE(refused == 2);
+
+  auto m = scrape(port);
+  const std::string gate = R"(route="t",gate="throttle#1",kind="throttle",label="api")";
+  CHECK(m.get("rc_gate_passed_total{" + gate + "}") == 3);
+  CHECK(m.get("rc_gate_rejected_total{" + gate + "}") == 2);
+  CHECK(m.get("rc_gate_delayed_total{" + gate + "}") == 0);
+  CHECK(m.get("rc_gate_wait_seconds_bucket{" + gate + ",le=\"0\"}") == 3);
+  CHECK(m.get("rc_gate_wait_seconds_bucket{" + gate + ",le=\"+Inf\"}") == 3);
+  CHECK(m.get("rc_gate_wait_seconds_count{" + gate + "}") == 3);
+  CHECK(m.get("rc_gate_wait_seconds_sum{" + gate + "}") == 0);
+  CHECK(m.get("rc_http_responses_total{" + listener + ",code=\"200\"}") == 3);
+  CHECK(m.get("rc_http_responses_total{" + listener + ",code=\"429\"}") == 2);
+  CHECK(m.get("rc_route_exchanges_in_flight{route=\"t\"}") == 0);
+  CHECK(m.get("rc_route_started{route=\"t\"}") == 1);
+  CHECK(m.get("rc_ready") == 1);
+  CHECK(m.get("process_open_fds").value_or(0) > 0);
+  CHECK(m.types.at("rc_gate_wait_seconds") == "histogram");
+
+  // The built-ins answer GET and HEAD, are counted themselves, and never reach the route.
+  auto r = request(port, get("/health"));
+  CHECK(r.status == 200);
+  CHECK(r.body == "ok\n");
+  r = request(port, get("/ready"));
+  CHECK(r.status == 200);
+  CHECK(r.body == "ready\n");
+  r = request(port, "POST /metrics HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n");
+  CHECK(r.status == 405);
+  CHECK(*r.header("Allow") == "GET, HEAD");
+  m = scrape(port);
+  CHECK(m.get("rc_http_responses_total{" + listener + ",code=\"200\"}") == 3 + 3);  // + scrape, health, ready
+  CHECK(m.get("rc_http_responses_total{" + listener + ",code=\"405\"}") == 1);
+  CHECK(m.get("rc_gate_passed_total{" + gate + "}") == 3);
+}
+
+TEST_CASE("http: /metrics shows an exchange held in a gate as in flight and delayed, until its client leaves") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/q", .metrics_path = "/metrics"});
+  ctx.add(rc::craft().id("q").throttle({.rate = 1, .per = rc::per::minute}).from(src).transform([](rc::http_request) {
+    return std::string("served");
+  }));
+  running run(ctx);
+  const auto port = src.port();
+  CHECK(request(port, get("/q")).body == "served");  // takes the only token
+  const std::string gate = R"(route="q",gate="throttle#1",kind="throttle",label="")";
+  std::optional<rc::test::prometheus_text> m;
+  {
+    raw_client held(port);
+    held.send(get("/q"));  // waits a minute in the throttle
+    for (int i = 0; i < 200; ++i) {
+      m = scrape(port);
+      if (m->get("rc_route_exchanges_in_flight{route=\"q\"}") == 1) break;
+      std::this_thread::sleep_for(5ms);
+    }
+    CHECK(m->get("rc_route_exchanges_in_flight{route=\"q\"}") == 1);
+    CHECK(m->get("rc_gate_delayed_total{" + gate + "}") == 1);
+    CHECK(m->get("rc_gate_passed_total{" + gate + "}") == 1);
+  }  // the client leaves: its exchange is dropped
+  for (int i = 0; i < 200; ++i) {
+    m = scrape(port);
+    if (m->get("rc_route_exchanges_in_flight{route=\"q\"}") == 0) break;
+    std::this_thread::sleep_for(5ms);
+  }
+  CHECK(m->get("rc_route_exchanges_in_flight{route=\"q\"}") == 0);
+  CHECK(m->get("rc_gate_passed_total{" + gate + "}") == 1);  // dropped, never admitted
+  CHECK(m->get("rc_gate_wait_seconds_count{" + gate + "}") == 1);
+}
+
+TEST_CASE("http: /ready is 503 until every route has started, 200 then, and 503 again once stop() is called") {
+  rc::context ctx({.threads = 2, .shutdown_timeout = 3s});
+  auto src = rc::http_source({.path = "/a", .health_path = "/health", .ready_path = "/ready"});
+  ctx.add(rc::craft().id("a").from(src).to(rc::noop()));
+  // Route b's start is held in its route:started handler (on a context thread; the other serves).
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> holding{false};
+  auto hold = ctx.on("route:started", [&](const rc::event& e) {
+    if (e.details["routeId"] != "b") return;
+    holding = true;
+    (void)released.wait_for(5s);
+  });
+  ctx.add(rc::craft().id("b").from(rc::timer({.interval = 1h})).to(rc::noop()));
+  int ready_while_stopping = 0, health_while_stopping = 0;
+  auto stopping = ctx.on("context:stopping", [&](const rc::event&) {
+    raw_client c(src.port(), false);
+    c.send(get("/ready"));
+    if (auto r = c.read(2000ms)) ready_while_stopping = r->status;
+    c.send(get("/health"));
+    if (auto r = c.read(2000ms)) health_while_stopping = r->status;
+  });
+  ctx.start();
+  const auto port = src.port();
+  for (int i = 0; i < 500 && !holding; ++i) std::this_thread::sleep_for(2ms);
+  REQUIRE(holding);
+  auto r = request(port, get("/ready"));
+  CHECK(r.status == 503);
+  CHECK(r.body == "not ready\n");
+  CHECK(request(port, get("/health")).status == 200);
+  release.set_value();
+  for (int i = 0; i < 500 && r.status != 200; ++i) {
+    std::this_thread::sleep_for(2ms);
+    r = request(port, get("/ready"));
+  }
+  CHECK(r.status == 200);
+  ctx.stop();
+  CHECK(ready_while_stopping == 503);
+  CHECK(health_while_stopping == 200);
+}
+
+TEST_CASE("http: built-in paths win over pattern routes, and a route with the same literal path fails to start") {
+  rc::context ctx(quick_stop());
+  auto all = rc::http_source({.path = "/*", .health_path = "/health"});
+  ctx.add(rc::craft().id("all").from(all).transform([](rc::http_request) { return std::string("route"); }));
+  running run(ctx);
+  const auto port = all.port();
+  CHECK(request(port, get("/health")).body == "ok\n");
+  CHECK(request(port, get("/health/")).body == "ok\n");
+  CHECK(request(port, get("/other")).body == "route");
+
+  auto clash = rc::http_source({.port = port, .path = "/health"});
+  ctx.add(rc::craft().id("clash").from(clash).to(rc::noop()));
+  CHECK_THROWS_WITH(clash.port(), Catch::Contains("health_path"));
+  auto other = rc::http_source({.port = port, .path = "/x", .health_path = "/healthz"});
+  ctx.add(rc::craft().id("other").from(other).to(rc::noop()));
+  CHECK_THROWS_WITH(other.port(), Catch::Contains("health_path"));
+  auto same = rc::http_source({.port = port, .path = "/y", .metrics_path = "/m", .health_path = "/health"});
+  ctx.add(rc::craft().id("same").from(same).to(rc::noop()));
+  CHECK(same.port() == port);
+  CHECK(request(port, get("/m")).status == 200);
+  CHECK(request(port, get("/health")).body == "ok\n");  // the route that clashed never took it
+
+  CHECK_THROWS_WITH(rc::http_source({.path = "/a", .metrics_path = "metrics"}), Catch::Contains("metrics_path"));
+  CHECK_THROWS_WITH(rc::http_source({.path = "/a", .metrics_path = "/m/:x"}), Catch::Contains("metrics_path"));
+  CHECK_THROWS_WITH(rc::http_source({.path = "/a", .health_path = "/h", .ready_path = "/h"}),
+                    Catch::Contains("ready_path"));
 }

@@ -36,6 +36,12 @@
 // 5xx and 429 retryable, others not. A Retry-After on 429 or 503 becomes retry_after_ms, which
 // rc::retry waits at least. The call is abandoned when the exchange's abort_signal() fires.
 //
+// Operability (docs/http.md, "Metrics, health and readiness"): `.metrics_path`, `.health_path`
+// and `.ready_path` switch on built-in GET endpoints on the route's server: the context's
+// counters as Prometheus text (rc/prometheus.hpp), 200 while the process serves, and 200 only
+// once every route of the context has started (503 before, and from stop() on). They are server
+// settings, answered before any route; a route with the same literal path fails to start.
+//
 // HTTPS (docs/http.md, "HTTPS"): `.tls = rc::tls_server{cert, key}` serves TLS 1.2+ on the
 // server; the client uses TLS for an https:// URL, verifying the peer against the system's CA
 // store (or `tls.ca_file`) and its host name. A failed handshake or verification is RC5010.
@@ -179,6 +185,12 @@ struct http_source_options {
   /// HTTPS on this (host, port): every route sharing the server gives the same (RC5003
   /// otherwise); port-0 TLS routes share an ephemeral server apart from the plain ones.
   std::optional<tls_server> tls;
+  /// Built-in endpoints of this route's server (GET and HEAD; empty: off). Once a route turns one
+  /// on, the server answers it, before any route, while it serves; routes sharing the server may
+  /// repeat the same path, not give another (RC5003).
+  std::string metrics_path;  // the context's metrics, Prometheus text format 0.0.4
+  std::string health_path;   // 200 "ok" while the process serves
+  std::string ready_path;    // 200 once every route has started; 503 before, and once stop() is called
 
   void validate() const;
 };

@@ -21,6 +21,7 @@
 #include "rc/log.hpp"
 #include "rc/options.hpp"
 #include "rc/parse.hpp"
+#include "rc/prometheus.hpp"
 #include "rc/recovery.hpp"
 #include "rc/route.hpp"
 #include "rc/simple.hpp"

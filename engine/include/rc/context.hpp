@@ -6,6 +6,10 @@
 // once and their exchanges are admitted and run to completion), drains within
 // `shutdown_timeout`, then stops the threads.
 //
+// Operability: snapshot() reads every route's counters (in flight, each gate's passed, delayed,
+// rejected and waits; rc/metrics.hpp) and the readiness: started, every route's source started,
+// not stopping. It formats nothing; http_source's /metrics and /ready render it (components).
+//
 // Virtual time (`rc::context ctx(rc::virtual_time)`): nothing runs on its own. The caller drives
 // the manual clock with `advance(d)`, `run_until_idle()` and `drain()`, which run everything due
 // in (due time, registration) order on the calling thread. Tests and rc-sim use this mode; runs
@@ -15,14 +19,15 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <typeindex>
-#include <unordered_map>
 #include <string>
 #include <string_view>
+#include <typeindex>
+#include <unordered_map>
 #include <vector>
 
 #include "rc/clock.hpp"
 #include "rc/events.hpp"
+#include "rc/metrics.hpp"
 #include "rc/route.hpp"
 
 namespace boost::asio {
@@ -101,6 +106,11 @@ class context {
   const std::string& id() const noexcept;
   route_runtime* find_route(std::string_view id) noexcept;
   const std::vector<std::unique_ptr<route_runtime>>& routes() const noexcept;
+
+  /// The counters and readiness as now, from any thread (a scrape; not for a hot path).
+  context_snapshot snapshot() const;
+  /// Started, not stopping, and every route's source started (route:started). Any thread.
+  bool ready() const;
 
   /// Runs `f` on the context's executor (from any thread).
   void post(std::function<void()> f);

@@ -24,7 +24,10 @@
 //   waiting exchange at once. A gone client (the exchange's abort signal fires) drops it as
 //   "client-gone"; a queued one also gives its place back (give_back) and those behind move up;
 // - the refusal: RC5013, retryable, details {gate, retry_after_ms, key, label, ...};
-// - the events passed / delayed / rejected: identity, key and overflow, plus the gate's fields.
+// - the events passed / delayed / rejected: identity, key and overflow, plus the gate's fields;
+// - the counters (rc/metrics.hpp) behind the same three, bumped where the decision is taken,
+//   under the lock held for it anyway (a plain increment: no locked instruction), and once more
+//   with the wait's length when a waiting exchange is admitted. Nothing else per exchange.
 //
 // An unpaced pass builds no wait object: the wait lives in the run's frame only on the paths that
 // wait. A gate that never waits (`waits` false) is synchronous when its inner step is, so a route
@@ -167,6 +170,9 @@ class gate_step final : public wrapper, public keyed_gate {
 
   const L& limiter() const noexcept { return limiter_; }
   std::string_view wrapper_kind() const noexcept override { return traits.gate; }
+
+  const gate_counters* counters() const noexcept override { return &counters_; }
+  std::string_view gate_label() const noexcept override { return common_.label; }
 
   keyed_gate_stats stats() const override {
     std::lock_guard lock(mutex_);
@@ -313,6 +319,7 @@ class gate_step final : public wrapper, public keyed_gate {
       a.decision = limiter_.decide(trial, in, a.t);
       if (!a.decision.admitted()) return false;
       single_.state = trial;
+      counters_.passed_locked();
     } catch (...) {
       return false;
     }
@@ -393,6 +400,7 @@ class gate_step final : public wrapper, public keyed_gate {
             a.overflow = true;
           } else if constexpr (has_table_full) {
             a.decision = limiter_.table_full();
+            counters_.rejected_locked();
             return nullptr;
           }
         }
@@ -408,6 +416,7 @@ class gate_step final : public wrapper, public keyed_gate {
             enqueue(*s, *node, a.now + a.decision.wait);
         }
       }
+      count_locked(a.decision, node != nullptr);
     } catch (...) {
       return std::current_exception();
     }
@@ -419,6 +428,17 @@ class gate_step final : public wrapper, public keyed_gate {
       if constexpr (has_note) limiter_.note(ex, rt, a.key, a.t, a.decision);
     }
     return nullptr;
+  }
+
+  // A final decision, under the lock. A queue answer without a place is not final (the step asks
+  // again with one).
+  void count_locked(const gate_decision& d, bool has_place) noexcept {
+    if (d.admitted())
+      counters_.passed_locked();
+    else if (d.refused())
+      counters_.rejected_locked();
+    else if (has_place || d.what != gate_decision::kind::queue)
+      counters_.delayed_locked();
   }
 
   // ---- the FIFO queue (queueing limiters) ----
@@ -551,7 +571,11 @@ class gate_step final : public wrapper, public keyed_gate {
     return j;
   }
 
-  void emit_passed(const exchange& ex, route_runtime& rt, const arrival& a, bool waited, duration elapsed) const {
+  // Out of line and cold: the histogram's bucket search stays off the unpaced path's code.
+  [[gnu::noinline, gnu::cold]] void count_waited(duration elapsed) noexcept { counters_.passed_after(elapsed); }
+
+  void emit_passed(const exchange& ex, route_runtime& rt, const arrival& a, bool waited, duration elapsed) {
+    if (waited) count_waited(elapsed);  // admitted at once: counted with the decision
     rt.events().emit(traits.passed, [&] {
       auto j = fields(ex, rt, a, traits.passed);
       if constexpr (traits.waits) {
@@ -566,6 +590,7 @@ class gate_step final : public wrapper, public keyed_gate {
   gate_common common_;
   mutable std::mutex mutex_;  // the states and queues: routes may run on several threads
   slot single_;               // the one state of an unkeyed gate; the overflow state of a keyed one
+  gate_counters counters_;    // next to the state the decision has just written
   keyed_lru<slot> table_;
   [[no_unique_address]] sketch_type sketch_;  // the overflow of a hit-counting gate
   wait_queue single_queue_;

@@ -24,11 +24,13 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rc/clock.hpp"
 #include "rc/events.hpp"
 #include "rc/exchange.hpp"
+#include "rc/metrics.hpp"
 #include "rc/parse.hpp"
 #include "rc/step.hpp"
 #include "rc/task.hpp"
@@ -36,8 +38,10 @@
 namespace rc {
 
 class context;
+class keyed_gate;
 class route_runtime;
 class source_context;
+class wrapper;
 
 /// Where exchanges come from. `run` produces until it is finished (finite sources) or until the
 /// intake signal fires, and returns.
@@ -116,6 +120,10 @@ class route_runtime {
   void adopt(exchange& ex) const noexcept { ex.set_route(this); }
 
   std::size_t in_flight() const noexcept { return in_flight_.load(std::memory_order_acquire); }
+  /// Its source has started (route:started has been emitted); stays true.
+  bool started() const noexcept { return started_.load(std::memory_order_acquire); }
+  /// Its counters as now: in flight and every gate's (rc/metrics.hpp). Reads only; any thread.
+  route_snapshot snapshot() const;
 
   /// The route's detached frames (its runs, its source, components' spawns for it): a forced
   /// stop may abandon some, and the context frees them when it is destroyed. Spawn with
@@ -162,6 +170,9 @@ class route_runtime {
   std::atomic<std::size_t> in_flight_{0};
   std::atomic<bool> source_done_{false};  // the finite source has returned
   std::atomic<bool> stop_announced_{false};
+  std::atomic<bool> started_{false};
+  // The route's gates in chain order, found once when the chain is built (snapshot() reads them).
+  std::vector<std::pair<const wrapper*, const keyed_gate*>> gates_;
   detail::frame_set frames_;
 };
 

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstddef>
+#include <string_view>
+
+#include "rc/metrics.hpp"
 
 namespace rc {
 
@@ -16,6 +19,11 @@ class keyed_gate {
  public:
   virtual ~keyed_gate() = default;
   virtual keyed_gate_stats stats() const = 0;
+  /// What a rate gate (throttle, slow_down, rate_limit) decided so far: passed, delayed,
+  /// rejected, waits. Read at any time; null for a gate that keeps none (concurrency).
+  virtual const gate_counters* counters() const noexcept { return nullptr; }
+  /// The gate's `label` option (may be empty).
+  virtual std::string_view gate_label() const noexcept { return {}; }
 };
 
 }  // namespace rc
