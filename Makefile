@@ -3,7 +3,7 @@ BUILD ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure build run test asan tsan bench clean
+.PHONY: all deps configure build run test asan tsan fuzz format check-format bench clean
 
 all: build
 
@@ -35,8 +35,25 @@ tsan: deps
 	@cmake --build build-tsan -j $(JOBS)
 	@ctest --test-dir build-tsan --output-on-failure -j $(JOBS)
 
+# libFuzzer (clang 14): builds only the fuzz targets and what they link, then runs each for
+# FUZZ_SECONDS over its corpus in tests/fuzz/corpus/; fails on the first crash (tests/fuzz/run.sh).
+FUZZ_SECONDS ?= 60
+FUZZ_CXX ?= clang++-14
+fuzz: deps
+	@cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=$(FUZZ_CXX) -DRC_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug \
+	  "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1" -DRC_BUILD_TESTS=OFF -DRC_BUILD_SAMPLES=OFF -DRC_BUILD_BENCH=OFF >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target rc_fuzz
+	@tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
+# Formatting (clang-format 14, .clang-format): `make format` rewrites, `make check-format` checks.
+format: deps
+	@tools/check-format.sh --fix
+
+check-format: deps
+	@tools/check-format.sh
+
 bench: build
 	@$(BUILD)/bench/rc-bench --scenario plain_seq
 
 clean:
-	@rm -rf $(BUILD) build-asan build-tsan
+	@rm -rf $(BUILD) build-asan build-tsan build-fuzz

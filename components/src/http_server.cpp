@@ -59,6 +59,7 @@
 #include <unordered_set>
 
 #include "http_internal.hpp"
+#include "http_request_reader.hpp"
 #include "rc/context.hpp"
 #include "rc/error.hpp"
 #include "rc/prometheus.hpp"
@@ -250,6 +251,16 @@ asio::ssl::context make_server_tls(const tls_server& t) {
     invalid_option("http_source", "tls.key_file", "the private key of tls.cert_file",
                    fmt::format("\"{}\"", t.key_file));
   return c;
+}
+
+// What a connection holds a client to while reading a request.
+http_detail::request_limits limits_of(const http_server_options& o) {
+  http_detail::request_limits l;
+  l.max_header_bytes = o.max_header_bytes;
+  l.max_body_bytes = o.max_body_bytes;
+  l.chunk_line_limit = http_server_options::chunk_line_limit;
+  l.leading_blank_limit = http_server_options::leading_blank_limit;
+  return l;
 }
 
 // ---- the server -------------------------------------------------------------------------------
@@ -477,7 +488,8 @@ class connection final : public connection_base {
         timer_(socket_.get_executor()),
         wake_(socket_.get_executor(), steady::time_point::max()),
         counted_(counted),
-        bus_(server_->ctx().events()) {}
+        bus_(server_->ctx().events()),
+        reader_(limits_of(server_->options())) {}
 
   ~connection() {
     if (!closed_) {
@@ -613,39 +625,30 @@ class connection final : public connection_base {
   asio::awaitable<read_end> read_request(response_parts& r) {
     for (;;) {
       if (closed_) co_return read_end::closed;
-      if (!parser_ && in_.size() > 0 && !skip_blank_lines(r)) co_return read_end::refused;
       if (in_.size() > 0) {
-        if (!parser_) begin_request();
-        beast::error_code ec;
-        const std::size_t used = parser_->put(in_.data(), ec);
-        in_.consume(used);
-        // The framing is decided from the header alone: judge it before anything else happens
-        // (100 Continue, reading the body, answering).
-        if (!header_checked_ && parser_->is_header_done()) {
-          header_checked_ = true;
-          if (!header_acceptable(r)) co_return read_end::refused;
-        }
-        if (ec && ec != bhttp::error::need_more) {
-          parse_error(ec, r);
+        const bool was_started = reader_.started();
+        http_detail::request_refusal why;
+        const auto got = reader_.parse(in_, why);
+        if (!was_started && reader_.started()) begin_request();
+        if (got == http_detail::request_reader::result::request) co_return read_end::request;
+        if (got == http_detail::request_reader::result::refused) {
+          r = refusal(why.status, why.code, why.message);
           co_return read_end::refused;
         }
-        if (parser_->is_done()) co_return read_end::request;
-        if (!ec && used > 0) continue;  // more of the buffer to parse
-        if (!pending_chunk_lines_acceptable(r)) co_return read_end::refused;
-        if (!co_await maybe_continue()) co_return read_end::closed;
-      } else if (!parser_) {
+      }
+      if (!reader_.started()) {
         if (close_after_) co_return read_end::closed;  // the server is stopping
         phase_ = phase::idle;
         if (in_.capacity() > watch_limit) in_.shrink_to_fit();
         // Empty lines alone do not start a request, nor put the idle deadline off.
-        if (blank_ == 0) set_deadline(steady::now() + server_->options().idle_timeout);
+        if (reader_.blank_bytes() == 0) set_deadline(steady::now() + server_->options().idle_timeout);
       } else if (!co_await maybe_continue()) {
         co_return read_end::closed;
       }
       auto [ec, n] = co_await socket_.async_read_some(in_.prepare(read_chunk), use_tuple);
       if (closed_) co_return read_end::closed;
       if (timed_out_) {
-        if (!parser_) co_return read_end::closed;  // idle keep-alive connection
+        if (!reader_.started()) co_return read_end::closed;  // idle keep-alive connection
         // A request started and did not finish in time: 408, however slowly it trickled in.
         r = refusal(408, "request_timeout", "the request was not received in time");
         co_return read_end::refused;
@@ -655,21 +658,18 @@ class connection final : public connection_base {
     }
   }
 
+  // A request's first byte: its read timeout starts.
   void begin_request() {
-    const auto& o = server_->options();
-    parser_.emplace();
-    parser_->header_limit(static_cast<std::uint32_t>(o.max_header_bytes));
-    parser_->body_limit(o.max_body_bytes);
-    parser_->eager(true);
     continue_sent_ = false;
-    header_checked_ = false;
     phase_ = phase::reading;
-    set_deadline(steady::now() + o.read_timeout);
+    set_deadline(steady::now() + server_->options().read_timeout);
   }
 
   asio::awaitable<bool> maybe_continue() {
-    if (!parser_ || continue_sent_ || !parser_->is_header_done() || parser_->is_done()) co_return true;
-    const auto expect = parser_->get()[bhttp::field::expect];
+    if (!reader_.started() || continue_sent_) co_return true;
+    const auto& parser = reader_.current();
+    if (!parser.is_header_done() || parser.is_done()) co_return true;
+    const auto expect = parser.get()[bhttp::field::expect];
     if (!http_detail::iequals(expect, "100-continue")) co_return true;
     continue_sent_ = true;
     static constexpr std::string_view interim = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -679,115 +679,10 @@ class connection final : public connection_base {
 
   // A response after which the connection cannot go on: it closes.
   response_parts refusal(int status, std::string_view code, std::string_view message) {
-    parser_.reset();
+    reader_.reset();
     head_ = false;  // the request's method is not to be trusted either: the body goes out
     close_after_ = true;
     return http_detail::error_response(status, code, message);
-  }
-
-  // Empty lines before a request line are skipped (RFC 9112 section 2.2), up to
-  // leading_blank_limit bytes since the last request. False when the request is refused.
-  bool skip_blank_lines(response_parts& r) {
-    const auto* data = static_cast<const char*>(in_.data().data());
-    const std::size_t size = in_.size();
-    std::size_t n = 0;
-    while (n < size && (data[n] == '\r' || data[n] == '\n')) ++n;
-    if (n == 0) return true;
-    in_.consume(n);
-    blank_ += n;
-    if (blank_ <= http_server_options::leading_blank_limit) return true;
-    r = refusal(400, "bad_request",
-                fmt::format("more than {} bytes of empty lines before the request line",
-                            http_server_options::leading_blank_limit));
-    return false;
-  }
-
-  // Framing and Host (RFC 9112 sections 3.2, 6.1 and 6.3). Beast frames a request whose last
-  // transfer coding is not chunked as one without a body, and lets a Content-Length that follows
-  // such a Transfer-Encoding frame it: both would let a client smuggle a second request inside
-  // the body. So: any Transfer-Encoding with a Content-Length, or in HTTP/1.0, or whose final
-  // coding is not a single chunked, is 400; chunked after another coding (gzip, chunked) is 501,
-  // as we decode none. Every refusal closes the connection: the rest of the stream cannot be
-  // framed. No allocation: the fields are read in place.
-  bool header_acceptable(response_parts& r) {
-    const auto& req = parser_->get();
-    const std::size_t hosts = req.count(bhttp::field::host);
-    if (hosts > 1 || (hosts == 0 && req.version() >= 11)) {
-      r = refusal(400, "bad_request",
-                  hosts > 1 ? "a request may carry one Host header only" : "an HTTP/1.1 request needs a Host header");
-      return false;
-    }
-    const auto [first, last] = req.equal_range(bhttp::field::transfer_encoding);
-    if (first == last) return true;
-    if (req.count(bhttp::field::content_length) > 0) {
-      r = refusal(400, "bad_request", "a request may not carry both Transfer-Encoding and Content-Length");
-      return false;
-    }
-    if (req.version() < 11) {
-      r = refusal(400, "bad_request", "Transfer-Encoding is not allowed in an HTTP/1.0 request");
-      return false;
-    }
-    std::size_t codings = 0;
-    bool chunked_before_last = false, other = false, last_chunked = false;
-    for (auto it = first; it != last; ++it) {
-      std::string_view list(it->value().data(), it->value().size());
-      while (!list.empty()) {
-        const auto comma = list.find(',');
-        std::string_view coding = list.substr(0, comma);
-        list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-        while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) coding.remove_prefix(1);
-        while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) coding.remove_suffix(1);
-        if (coding.empty()) continue;  // empty list elements are allowed and mean nothing
-        ++codings;
-        if (last_chunked) chunked_before_last = true;
-        last_chunked = http_detail::iequals(coding, "chunked");
-        if (!last_chunked) other = true;
-      }
-    }
-    if (codings == 0 || !last_chunked || chunked_before_last || !parser_->chunked()) {
-      r = refusal(400, "bad_request", "the final transfer coding of a request must be chunked, once");
-      return false;
-    }
-    if (other) {
-      r = refusal(501, "not_implemented", "no transfer coding other than chunked is supported");
-      return false;
-    }
-    return true;
-  }
-
-  // Beast buffers a chunk-size line, its extensions and the trailer section without a bound of
-  // its own: they stay in `in_`, unconsumed, until they end. Hold the line to chunk_line_limit
-  // and the trailers to max_header_bytes.
-  bool pending_chunk_lines_acceptable(response_parts& r) {
-    if (!parser_->is_header_done() || !parser_->chunked() || parser_->is_done()) return true;
-    std::string_view pending(static_cast<const char*>(in_.data().data()), in_.size());
-    if (pending.size() <= std::min(http_server_options::chunk_line_limit, server_->options().max_header_bytes))
-      return true;
-    if (pending.substr(0, 2) == "\r\n") pending.remove_prefix(2);  // the end of the last chunk's data
-    const auto eol = pending.find("\r\n");
-    if (eol == std::string_view::npos || eol > http_server_options::chunk_line_limit) {
-      r = refusal(400, "bad_request",
-                  fmt::format("a chunk-size line exceeds {} bytes", http_server_options::chunk_line_limit));
-      return false;
-    }
-    // A complete line left unconsumed is the last chunk's: the trailer section follows it.
-    if (pending.size() - eol - 2 > server_->options().max_header_bytes) {
-      r = refusal(400, "bad_request",
-                  fmt::format("request trailers exceed {} bytes", server_->options().max_header_bytes));
-      return false;
-    }
-    return true;
-  }
-
-  void parse_error(beast::error_code ec, response_parts& r) {
-    if (ec == bhttp::error::header_limit)
-      r = refusal(431, "header_fields_too_large",
-                  fmt::format("request headers exceed {} bytes", server_->options().max_header_bytes));
-    else if (ec == bhttp::error::body_limit)
-      r = refusal(413, "payload_too_large",
-                  fmt::format("request body exceeds {} bytes", server_->options().max_body_bytes));
-    else
-      r = refusal(400, "bad_request", "malformed HTTP request");
   }
 
   // ---- answering a request ----
@@ -840,9 +735,7 @@ class connection final : public connection_base {
 
   // Answers at once (r filled; false), or starts the pipeline (true).
   bool start_request(response_parts& r) {
-    auto req = parser_->release();
-    parser_.reset();
-    blank_ = 0;
+    auto req = reader_.take();
     keep_alive_ = req.keep_alive();
     http10_ = req.version() < 11;
     head_ = req.method() == bhttp::verb::head;
@@ -1106,7 +999,7 @@ class connection final : public connection_base {
   bool counted_;
   event_bus& bus_;
   beast::flat_buffer in_;
-  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  http_detail::request_reader reader_;
   std::string out_;
   std::size_t written_ = 0;  // bytes of out_ the socket has taken
   std::optional<cancel_signal> abort_;
@@ -1126,8 +1019,6 @@ class connection final : public connection_base {
   std::string trace_method_, trace_path_, trace_route_, trace_client_;
   steady::time_point trace_started_{};
 
-  std::size_t blank_ = 0;        // empty-line bytes skipped since the last request
-  bool header_checked_ = false;  // header_acceptable() has judged the current request
   bool continue_sent_ = false;
   bool close_after_ = false;  // no request after this one (an error, HTTP/1.0, a stopping server)
   bool gone_ = false;

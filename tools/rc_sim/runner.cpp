@@ -67,6 +67,8 @@ template <class... F>
 struct overloaded : F... {
   using F::operator()...;
 };
+template <class... F>
+overloaded(F...) -> overloaded<F...>;  // clang before 17 deduces no aggregate (the fuzz build is clang 14)
 
 /// The order a request meets the gates: route gates (list order), the route retry segment, then
 /// the step gates (list order, first listed outermost). The service comes last.
@@ -417,7 +419,8 @@ class recorder {
       const auto* rl = std::get_if<rate_limit_options>(&s_.gates[gate].options);
       const bool appends = rl && includes(rl->headers, rate_limit_headers::draft_8);
       for (const auto& [name, value] : rate_limit_headers_of(*note)) {
-        auto it = std::find_if(r.headers.begin(), r.headers.end(), [&](const auto& h) { return h.first == name; });
+        // A lambda may capture a structured binding since C++20, clang only since 16: the fuzz build is clang 14.
+        auto it = std::find_if(r.headers.begin(), r.headers.end(), [&n = name](const auto& h) { return h.first == n; });
         if (it == r.headers.end())
           r.headers.emplace_back(name, value);
         else if (appends && (name == "RateLimit" || name == "RateLimit-Policy"))
