@@ -262,7 +262,7 @@ TEST_CASE("noop accepts every exchange and the exchanges complete") {
   CHECK(events.count("route:exchange:completed") == 3);
 }
 
-TEST_CASE("spy records bodies, headers, exchange ids and virtual arrival times; reset clears it") {
+TEST_CASE("spy records bodies, headers, exchange ids and virtual arrival times, reset clears it") {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   event_recorder started(ctx, "route:exchange:started");

@@ -269,7 +269,7 @@ TEST_CASE("the cron source across New York's fall-back night fires 01:30 once") 
                                        "2026-11-02T06:00:00.000Z", "2026-11-02T06:30:00.000Z"});
 }
 
-TEST_CASE("cron max_fires ends the source after that many fires; the last has no nextRun") {
+TEST_CASE("cron max_fires ends the source after that many fires, the last has no nextRun") {
   rc::context ctx(rc::virtual_time);
   ctx.set_wall_time(utc(2026, 1, 1, 0, 0, 30));
   rc::spy<rc::cron_tick> out;
@@ -345,7 +345,7 @@ std::vector<rc::duration> jitter_of(std::uint64_t seed) {
 }
 }  // namespace
 
-TEST_CASE("cron jitter delays each fire by [0, jitter), from a seedable generator") {
+TEST_CASE("cron jitter delays each fire by 0 up to (not including) jitter, from a seedable generator") {
   const auto a = jitter_of(42);
   REQUIRE(a.size() == 50);
   for (auto d : a) {

@@ -90,7 +90,7 @@ TEST_CASE("csv reader: malformed records say why, and reading goes on after them
 
 // ---- source -------------------------------------------------------------------------------------
 
-TEST_CASE("csv: a header row names the fields of csv_record bodies; headers give record and line") {
+TEST_CASE("csv: a header row names the fields of csv_record bodies, headers give record and line") {
   temp_dir dir;
   const auto in = dir.write("in.csv", "name,city\r\nAda,London\r\n\"Grace, Rear Admiral\",\"New\nYork\"\r\nLin,Paris");
   rc::context ctx(rc::virtual_time);
@@ -107,7 +107,7 @@ TEST_CASE("csv: a header row names the fields of csv_record bodies; headers give
   CHECK(*r[2].headers.find("routecraft.csv.path") == in);
 }
 
-TEST_CASE("csv: rows without a header; a user type through from_json; columns name headerless files") {
+TEST_CASE("csv: rows without a header, a user type through from_json, columns name headerless files") {
   temp_dir dir;
   const auto plain = dir.write("plain.csv", "Ada,London\nLin,Paris\n");
   rc::context ctx(rc::virtual_time);
@@ -234,7 +234,7 @@ TEST_CASE("csv: 200,000 records stream through in bounded memory") {
   CHECK(src->peak_buffered() <= 8192 + 3 * 32);  // a chunk plus one record's three short fields
 }
 
-TEST_CASE("csv: a missing file is RC5014; bad options are RC5003") {
+TEST_CASE("csv: a missing file is RC5014, bad options are RC5003") {
   temp_dir dir;
   rc::context ctx(rc::virtual_time);
   event_recorder events(ctx, "route:source:failed");
@@ -273,7 +273,7 @@ TEST_CASE("csv: the destination quotes fields when needed, writes the header onc
   CHECK(back.bodies() == std::vector<person>{ps[0], ps[1], ps[2], ps[0], ps[1], ps[2]});
 }
 
-TEST_CASE("csv: the destination takes rows and records; columns fix the order") {
+TEST_CASE("csv: the destination takes rows and records, columns fix the order") {
   temp_dir dir;
   const auto a = dir.file("rows.csv");
   const auto b = dir.file("records.csv");

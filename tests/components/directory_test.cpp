@@ -94,7 +94,7 @@ TEST_CASE("glob_match: *, ?, sets, ranges, negation, escapes, hidden names") {
 
 // ---- one poller --------------------------------------------------------------------------------
 
-TEST_CASE("directory: one exchange per matching file, with metadata; files move to .done") {
+TEST_CASE("directory: one exchange per matching file, with metadata, files move to .done") {
   temp_dir dir;
   spit(dir / "b.csv", "2\n");
   spit(dir / "a.csv", "1\n");
@@ -136,7 +136,7 @@ TEST_CASE("directory: on_success = remove deletes the file") {
   CHECK(names_in(dir.path()) == std::vector<std::string>{".error", ".processing"});
 }
 
-TEST_CASE("directory: a failed run moves the file to .error with a note; a dropped one counts as done") {
+TEST_CASE("directory: a failed run moves the file to .error with a note, a dropped one counts as done") {
   temp_dir dir;
   spit(dir / "bad.csv", "boom");
   spit(dir / "good.csv", "fine");

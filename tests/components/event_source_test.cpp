@@ -106,7 +106,7 @@ TEST_CASE("max_depth lets a bounded chain of event routes through") {
   ctx.stop();
 }
 
-TEST_CASE("events sent while the event route is busy queue; a full queue drops the oldest and says so") {
+TEST_CASE("events sent while the event route is busy queue, a full queue drops the oldest and says so") {
   rc::context ctx(rc::virtual_time);
   event_recorder overflow(ctx, "route:event:overflow");
   event_recorder starts(ctx, "route:exchange:started");

@@ -263,7 +263,7 @@ TEST_CASE("file destination: append adds each body and the separator") {
   CHECK(slurp(dir / "raw.txt") == "xy");
 }
 
-TEST_CASE("file destination: the path may come from the exchange; create_dirs makes its folders") {
+TEST_CASE("file destination: the path may come from the exchange, create_dirs makes its folders") {
   temp_dir dir;
   rc::context ctx(rc::virtual_time);
   const std::string root = dir.path();
@@ -348,7 +348,7 @@ TEST_CASE("file destination: an immutable file (chattr +i) is not writable, even
   CHECK(slurp(dir / "locked.txt") == "keep me");
 }
 
-TEST_CASE("file destination: a full disk is RC5014 ENOSPC; the old file stays whole") {
+TEST_CASE("file destination: a full disk is RC5014 ENOSPC, the old file stays whole") {
   temp_dir dir;
   rc::test::tiny_tmpfs fs(dir / "tiny", "64k");
   if (!fs.mounted()) {

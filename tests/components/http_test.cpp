@@ -917,7 +917,7 @@ bool ipv6_loopback() {
 }
 }  // namespace
 
-TEST_CASE("http: a server on ::1 serves IPv6 clients, and [::1] names the same server") {
+TEST_CASE("http: a server on ::1 serves IPv6 clients, and (::1) names the same server") {
   if (!ipv6_loopback()) {
     WARN("skipped: this machine has no IPv6 loopback (::1)");
     return;

@@ -309,7 +309,7 @@ TEST_CASE("https: an expired certificate is RC5010 saying it has expired") {
   CHECK(contains(message, "expired"));
 }
 
-TEST_CASE("https: a self-signed certificate fails against the system store; verify = false accepts it with a warning") {
+TEST_CASE("https: a self-signed certificate fails against the system store, verify = false accepts it with a warning") {
   rc::context ctx(quick_stop());
   event_recorder warnings(ctx, "plugin:http:tls:unverified");
   auto src = hello_server(ctx, pki().self_signed, pki().self_key);

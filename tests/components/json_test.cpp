@@ -39,7 +39,7 @@ std::vector<std::string> ids(const std::vector<order>& v) {
 
 // ---- json ---------------------------------------------------------------------------------------
 
-TEST_CASE("json: a file is one exchange of a user type; the destination writes it back atomically") {
+TEST_CASE("json: a file is one exchange of a user type, the destination writes it back atomically") {
   temp_dir dir;
   const auto in = dir.write("in.json", R"({"id": "a1", "qty": 3})");
   const auto out = dir.file("out.json");
@@ -94,7 +94,7 @@ TEST_CASE("json: the transformer fails a bad string with RC5016") {
   CHECK(events.all()[0].details["error"]["code"] == "RC5016");
 }
 
-TEST_CASE("json: malformed JSON fails with RC5016 naming the file; the error handler sees it") {
+TEST_CASE("json: malformed JSON fails with RC5016 naming the file, the error handler sees it") {
   temp_dir dir;
   const auto in = dir.write("bad.json", R"({"id": "a1", "qty": )");
   rc::context ctx(rc::virtual_time);
@@ -161,7 +161,7 @@ TEST_CASE("json: a body without to_json cannot be written (RC5002), and a write 
 
 // ---- jsonl --------------------------------------------------------------------------------------
 
-TEST_CASE("jsonl: one exchange per line with line headers; the destination appends lines") {
+TEST_CASE("jsonl: one exchange per line with line headers, the destination appends lines") {
   temp_dir dir;
   const auto in =
       dir.write("in.jsonl", "{\"id\":\"a\",\"qty\":1}\r\n\n{\"id\":\"b\",\"qty\":2}\n   \n{\"id\":\"c\",\"qty\":3}");
@@ -209,7 +209,7 @@ std::string mixed_jsonl(const temp_dir& dir) {
 
 }  // namespace
 
-TEST_CASE("jsonl, on_parse_error fail (default): each bad line fails with RC5016 and its line; the rest go on") {
+TEST_CASE("jsonl, on_parse_error fail (default): each bad line fails with RC5016 and its line, the rest go on") {
   temp_dir dir;
   const auto in = mixed_jsonl(dir);
   rc::context ctx(rc::virtual_time);
@@ -234,7 +234,7 @@ TEST_CASE("jsonl, on_parse_error fail (default): each bad line fails with RC5016
   CHECK(step_errors[0].details["operation"] == "parse");
 }
 
-TEST_CASE("jsonl, on_parse_error drop: bad lines are dropped as \"parse-failed\"; nothing fails") {
+TEST_CASE("jsonl, on_parse_error drop: bad lines are dropped as \"parse-failed\", nothing fails") {
   temp_dir dir;
   const auto in = mixed_jsonl(dir);
   rc::context ctx(rc::virtual_time);
@@ -283,7 +283,7 @@ TEST_CASE("jsonl, on_parse_error abort: the bad line fails, then the source stop
   CHECK(events.count("route:stopped") == 1);
 }
 
-TEST_CASE("jsonl: a line over max_line_bytes is a parse failure; the reader skips it and goes on") {
+TEST_CASE("jsonl: a line over max_line_bytes is a parse failure, the reader skips it and goes on") {
   temp_dir dir;
   const std::string big = "{\"id\":\"" + std::string(300, 'x') + "\",\"qty\":1}";
   const auto in = dir.write("big.jsonl", "{\"id\":\"a\",\"qty\":1}\n" + big + "\n{\"id\":\"c\",\"qty\":3}\n");
@@ -326,7 +326,7 @@ TEST_CASE("jsonl: 100,000 lines stream through in bounded memory, one run at a t
   CHECK(src->peak_buffered() <= 4096 + 64);
 }
 
-TEST_CASE("jsonl: a missing file is RC5014; options are checked") {
+TEST_CASE("jsonl: a missing file is RC5014, options are checked") {
   temp_dir dir;
   rc::context ctx(rc::virtual_time);
   event_recorder events(ctx, "route:source:failed");

@@ -118,7 +118,7 @@ std::vector<double> fired_ms(std::uint64_t seed, bool fixed_rate) {
 }
 }  // namespace
 
-TEST_CASE("timer jitter adds [0, jitter) to each tick; fixed_rate keeps the grid; seedable") {
+TEST_CASE("timer jitter adds 0 up to (not including) jitter to each tick, fixed_rate keeps the grid, seedable") {
   const auto a = fired_ms(1, true);
   REQUIRE(a.size() == 40);
   std::vector<double> offsets;

@@ -346,7 +346,7 @@ TEST_CASE("header sets a fixed value or the value a function computes from the e
   CHECK(*received[0].headers.find("double") == 6);
 }
 
-TEST_CASE("tap sends a copy with a fresh id and the same correlation; drain waits for it") {
+TEST_CASE("tap sends a copy with a fresh id and the same correlation, drain waits for it") {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   identity_capture tapped;
@@ -363,7 +363,7 @@ TEST_CASE("tap sends a copy with a fresh id and the same correlation; drain wait
   CHECK(copy.correlation_id == originals[0].exchange_id);  // the original's correlation is its own id
 }
 
-TEST_CASE("to(function) returning the body type replaces the body; returning nothing keeps it") {
+TEST_CASE("to(function) returning the body type replaces the body, returning nothing keeps it") {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   int seen = 0;

@@ -55,7 +55,7 @@ class unstoppable_step final : public rc::step {
 
 }  // namespace
 
-TEST_CASE("cache, step scope: a miss runs the step and stores; a hit restores the body without running it") {
+TEST_CASE("cache, step scope: a miss runs the step and stores, a hit restores the body without running it") {
   rc::context ctx(rc::virtual_time);
   rc::spy<std::string> out;
   event_recorder events(ctx);
@@ -134,7 +134,7 @@ TEST_CASE("cache: failures are never cached") {
   CHECK(events.count("route:exchange:failed") == 1);
 }
 
-TEST_CASE("cache: a throwing key fails with RC5029 (not retryable); a body without JSON needs a key") {
+TEST_CASE("cache: a throwing key fails with RC5029 (not retryable), a body without JSON needs a key") {
   rc::context ctx(rc::virtual_time);
   event_recorder events(ctx);
   struct opaque {
@@ -156,7 +156,7 @@ TEST_CASE("cache: a throwing key fails with RC5029 (not retryable); a body witho
   }
 }
 
-TEST_CASE("cache: a provider failure on get is RC5028 (retryable); on put it never fails the exchange") {
+TEST_CASE("cache: a provider failure on get is RC5028 (retryable), on put it never fails the exchange") {
   rc::context ctx(rc::virtual_time);
   event_recorder events(ctx);
   int calls = 0;
@@ -208,7 +208,7 @@ TEST_CASE("cache: a body that cannot be copied is not stored (cache:failed RC500
 
 // ---- stampede ---------------------------------------------------------------------------------
 
-TEST_CASE("cache: concurrent misses on one key run the step once; the waiters report hits") {
+TEST_CASE("cache: concurrent misses on one key run the step once, the waiters report hits") {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   event_recorder events(ctx);
@@ -322,7 +322,7 @@ TEST_CASE("cache: a waiting miss whose client goes away stops waiting and drops 
 
 // ---- route scope ------------------------------------------------------------------------------
 
-TEST_CASE("cache, route scope: the pipeline's final body is cached; a hit emits exchange:restored") {
+TEST_CASE("cache, route scope: the pipeline's final body is cached, a hit emits exchange:restored") {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   event_recorder events(ctx);

@@ -169,7 +169,7 @@ TEST_CASE("circuit_breaker: a fallback may drop or rethrow (RC5025)") {
   CHECK(codes["rethrow"] == std::vector<std::string>{"RC5001", "RC5025"});
 }
 
-TEST_CASE("circuit_breaker: non-retryable errors do not count by default; is_failure decides otherwise") {
+TEST_CASE("circuit_breaker: non-retryable errors do not count by default, is_failure decides otherwise") {
   rc::context ctx(rc::virtual_time);
   event_recorder events(ctx);
   auto invalid = [](int&) { throw rc::error(rc::errc::validation, "bad input"); };
@@ -212,7 +212,7 @@ TEST_CASE("circuit_breaker: a dropped outcome is not a failure") {
   CHECK(events.count("route:circuitBreaker:opened") == 0);
 }
 
-TEST_CASE("circuit_breaker, keyed: one breaker per key; an open key does not refuse another") {
+TEST_CASE("circuit_breaker, keyed: one breaker per key, an open key does not refuse another") {
   rc::context ctx(rc::virtual_time);
   event_recorder events(ctx);
   std::vector<int> calls;
@@ -235,7 +235,7 @@ TEST_CASE("circuit_breaker, keyed: one breaker per key; an open key does not ref
   CHECK(events.named("route:exchange:failed")[2].details["error"]["details"]["key"] == "a");
 }
 
-TEST_CASE("circuit_breaker, keyed: a full table never forgets an open breaker; new keys share the overflow breaker") {
+TEST_CASE("circuit_breaker, keyed: a full table never forgets an open breaker, new keys share the overflow breaker") {
   rc::context ctx(rc::virtual_time);
   event_recorder events(ctx);
   std::vector<int> calls;

@@ -328,7 +328,7 @@ class ready_probe final : public rc::source_base {
 
 }  // namespace
 
-TEST_CASE("wrappers that need not wait let the run end inside emit; one that waits continues it later") {
+TEST_CASE("wrappers that need not wait let the run end inside emit, one that waits continues it later") {
   SECTION("a free bulkhead slot, a throttle pass admitted at once, a retry whose first attempt succeeds") {
     rc::context ctx(rc::virtual_time);
     auto ready = std::make_shared<std::vector<bool>>();

@@ -479,7 +479,7 @@ TEST_CASE("without skip options failures count like any hit") {
   CHECK(log[3].refused());
 }
 
-TEST_CASE("skip_successful gives successful hits back; failures and refusals stay counted") {
+TEST_CASE("skip_successful gives successful hits back, failures and refusals stay counted") {
   const bool route_scope = GENERATE(true, false);
   CAPTURE(route_scope);
   rc::context ctx(rc::virtual_time);

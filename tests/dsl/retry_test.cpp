@@ -203,7 +203,7 @@ TEST_CASE("backoff 10 ms with factor 10 capped at 50 ms waits 10, 50, 50 ms") {
   CHECK(in_ms(calls) == std::vector<double>{0, 10, 60, 110});
 }
 
-TEST_CASE("jitter 0.5 on a 100 ms backoff waits within [50, 100] ms, and not always the same") {
+TEST_CASE("jitter 0.5 on a 100 ms backoff waits between 50 and 100 ms, both included, and not always the same") {
   rc::context ctx(rc::virtual_time);
   event_recorder events(ctx);
   ctx.add(rc::craft()
@@ -222,7 +222,7 @@ TEST_CASE("jitter 0.5 on a 100 ms backoff waits within [50, 100] ms, and not alw
   CHECK(std::adjacent_find(waits.begin(), waits.end(), std::not_equal_to<>()) != waits.end());
 }
 
-TEST_CASE("full jitter waits within [0, backoff]") {
+TEST_CASE("full jitter waits between 0 and backoff, both included") {
   rc::context ctx(rc::virtual_time);
   event_recorder events(ctx);
   ctx.add(rc::craft()
@@ -255,7 +255,7 @@ TEST_CASE("retry rejects a negative backoff with RC5003 naming backoff, in both 
   CHECK_THROWS_MATCHES(std::move(b).retry({.backoff = -100ms}), rc::error, rc_error(rc::errc::misconfigured, "-100ms"));
 }
 
-TEST_CASE("retry rejects a factor below 1, a max_backoff below 1 ms and a jitter outside [0, 1] with RC5003") {
+TEST_CASE("retry rejects a factor below 1, a max_backoff below 1 ms and a jitter outside 0 to 1 with RC5003") {
   CHECK_THROWS_MATCHES(rc::craft().retry({.factor = 0.5}), rc::error,
                        rc_error(rc::errc::misconfigured, "retry({ factor })"));
   CHECK_THROWS_MATCHES(rc::craft().retry({.max_backoff = 0ms}), rc::error,

@@ -631,7 +631,7 @@ TEST_CASE("rejected events carry every field: identity, scope, label, key and re
 
 // ---- keyed table bounds -----------------------------------------------------------------------
 
-TEST_CASE("delay mode: keys that find the table full wait, paced, in one overflow bucket; none is refused") {
+TEST_CASE("delay mode: keys that find the table full wait, paced, in one overflow bucket, none is refused") {
   rc::context ctx(rc::virtual_time);
   rc::spy<std::string> out;
   event_recorder events(ctx);

@@ -299,7 +299,7 @@ TEST_CASE("nested route and step timeouts: the earliest deadline wins and names 
   CHECK(in_ms(work->ended) == std::vector<double>{50});
 }
 
-TEST_CASE("step scope: .timeout().retry().to() bounds all attempts; .retry().timeout().to() bounds each") {
+TEST_CASE("step scope: .timeout().retry().to() bounds all attempts, .retry().timeout().to() bounds each") {
   SECTION("timeout outside retry: one deadline for the whole retry") {
     rc::context ctx(rc::virtual_time);
     auto work = std::make_shared<work_log>();

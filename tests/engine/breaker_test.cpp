@@ -19,7 +19,7 @@ rc::breaker::transition fail_at(rc::breaker& b, rc::duration t, const rc::breake
 
 }  // namespace
 
-TEST_CASE("breaker: threshold failures within the window open it; fewer do not") {
+TEST_CASE("breaker: threshold failures within the window open it, fewer do not") {
   rc::breaker b;
   CHECK(fail_at(b, 0s) == rc::breaker::transition::none);
   CHECK(fail_at(b, 1s) == rc::breaker::transition::none);

@@ -41,7 +41,7 @@ TEST_CASE("count-min sketch: the width is a power of two, memory is depth x widt
   CHECK(rc::count_min_sketch(1).width() == 64);
 }
 
-TEST_CASE("count-min sketch: one key alone is counted exactly; clear forgets") {
+TEST_CASE("count-min sketch: one key alone is counted exactly, clear forgets") {
   rc::count_min_sketch s(1024);
   CHECK(estimate(s, "a") == 0);
   for (std::uint64_t i = 1; i <= 5; ++i) CHECK(add(s, "a") == i);
@@ -103,7 +103,7 @@ TEST_CASE("count-min sketch: the error bound for a given load") {
   CHECK(over * 16 <= truth.size());
 }
 
-TEST_CASE("sketch window, fixed: one window from the first hit; every key resets at its end") {
+TEST_CASE("sketch window, fixed: one window from the first hit, every key resets at its end") {
   rc::sketch_window<rc::fixed_window> w(1024);
   CHECK(w.is_idle(at(0ms)));
   auto a = w.cell_of("a");
@@ -124,7 +124,7 @@ TEST_CASE("sketch window, fixed: one window from the first hit; every key resets
   CHECK(w.memory_bytes() == 4 * 1024 * 4);
 }
 
-TEST_CASE("sketch window, sliding: previous + current period; never below the true sliding count") {
+TEST_CASE("sketch window, sliding: previous + current period, never below the true sliding count") {
   SECTION("periods roll with the window") {
     rc::sketch_window<rc::sliding_window> w(1024);
     auto a = w.cell_of("a");

@@ -82,7 +82,7 @@ TEST_CASE("throttle limiter: max_wait and max_queue refuse instead of queuing") 
   CHECK(std::string(full.reason) == "queue is full (max_queue)");
 }
 
-TEST_CASE("throttle limiter: a stalled head moves the schedule; a leaver gives its ticket back") {
+TEST_CASE("throttle limiter: a stalled head moves the schedule, a leaver gives its ticket back") {
   auto l = throttle(10, 1);
   rc::token_bucket b;
   rc::throttle_limiter::ticket t;
@@ -179,7 +179,7 @@ TEST_CASE("rate_limit limiter: limit hits pass, the rest are refused until a hit
   CHECK(l.decide(c, {.now = at(10s)}, t).refused());  // refused hits count too
 }
 
-TEST_CASE("rate_limit limiter: skip_failed gives a refusal's hit back; outcome gives admitted hits back") {
+TEST_CASE("rate_limit limiter: skip_failed gives a refusal's hit back, outcome gives admitted hits back") {
   rc::rate_limit_limiter<rc::fixed_window> l;
   l.window = 10s;
   l.limit = 1;

@@ -211,7 +211,7 @@ TEST_CASE("mock: replies with a value, a function of the request, one-offs first
   CHECK(m.count() == 0);
 }
 
-TEST_CASE("mock: latency is virtual time; calls and replies are timed") {
+TEST_CASE("mock: latency is virtual time, calls and replies are timed") {
   rc::testing::test_context tc;
   rc::testing::mock<int> m;
   m.latency(250ms).reply(7);
@@ -224,7 +224,7 @@ TEST_CASE("mock: latency is virtual time; calls and replies are timed") {
   CHECK(in_ms(out.times()) == std::vector<double>{250, 500});
 }
 
-TEST_CASE("mock: errors fail the call with their code; fail_call picks one call") {
+TEST_CASE("mock: errors fail the call with their code, fail_call picks one call") {
   rc::testing::test_context tc;
   rc::testing::mock<int> m;
   m.reply(1).fail_call(2, rc::error(rc::errc::connection_failed, "connection refused"));
@@ -241,7 +241,7 @@ TEST_CASE("mock: errors fail the call with their code; fail_call picks one call"
   CHECK(tc.exchanges().failed == 1);
 }
 
-TEST_CASE("mock: fail() fails every call; http_error is what rc::http raises for a status") {
+TEST_CASE("mock: fail() fails every call, http_error is what rc::http raises for a status") {
   rc::testing::test_context tc;
   rc::testing::mock<rc::http_response> m;
   m.fail(rc::testing::http_error(429, "http://api/x", "POST", 2s));
@@ -358,7 +358,7 @@ TEST_CASE("override by adapter name, with a spy as the double") {
   CHECK(logged.calls().send == 2);
 }
 
-TEST_CASE("override applies to routes added after it; others keep their endpoints") {
+TEST_CASE("override applies to routes added after it, others keep their endpoints") {
   rc::testing::test_context tc;
   rc::spy<int> before, replaced;
   tc.add(rc::craft().id("a").from(rc::simple(1)).to(before));

@@ -175,7 +175,7 @@ TEST_CASE("the stacked brief: the eighth request waits out its slow-down and is 
   CHECK(ms(r.windows[0].to) + ms(r.windows[1].to) == 40000);
 }
 
-TEST_CASE("keyed, a heavy client slows only itself; unkeyed, everyone waits behind it") {
+TEST_CASE("keyed, a heavy client slows only itself, unkeyed, everyone waits behind it") {
   auto text = [](const char* key) {
     return fmt::format(R"({{"gates": [{{"gate": "slow_down", "window_ms": 10000, "delay_after": 2,
         "delay_ms": "(hits - 2) * 500", "counting": "fixed"{}}}],
