@@ -7,6 +7,7 @@
 
 #include "rc/context.hpp"
 #include "rc/error.hpp"
+#include "rc/split.hpp"
 
 namespace rc {
 namespace {
@@ -38,6 +39,8 @@ class gate_namer {
       } else {
         if (auto* seg = dynamic_cast<segment_step*>(s))
           for (auto& u : seg->steps()) name(u.get());
+        else if (auto* split = dynamic_cast<split_step*>(s))
+          for (auto& u : split->sub_steps()) name(u.get());
         return;
       }
     }
@@ -259,12 +262,26 @@ void route_runtime::begin_run(exchange& ex, time_point& started) {
   in_flight_.fetch_add(1, std::memory_order_acq_rel);
   ctx_.work_started();
   ex.set_route(this);
+  announce_started(ex, started);
+}
+
+// Inlined: begin_run / end_run are per exchange (rc-bench plain_seq).
+[[gnu::always_inline]] inline void route_runtime::announce_started(const exchange& ex, time_point& started) {
   auto& bus = events();
   if (bus.listening(event_id::exchange_completed) || bus.listening(event_id::exchange_failed)) started = now();
   bus.emit(event_id::exchange_started, [&] { return x_fields(*this, ex); });
 }
 
 void route_runtime::end_run(exchange& ex, outcome& o, time_point started) {
+  announce_ended(ex, o, started);
+  // seq_cst, paired with context::impl::run_source: of the last run ending and the source
+  // finishing, whichever comes second sees the other and announces the route stopped.
+  if (in_flight_.fetch_sub(1) == 1 && source_done_.load()) announce_stopped();
+  ctx_.work_finished();
+}
+
+// Inlined: begin_run / end_run are per exchange (rc-bench plain_seq).
+[[gnu::always_inline]] inline void route_runtime::announce_ended(exchange& ex, outcome& o, time_point started) {
   ex.run_finish_hooks(o.ok());
   auto& bus = events();
   switch (o.what) {
@@ -302,10 +319,22 @@ void route_runtime::end_run(exchange& ex, outcome& o, time_point started) {
       break;
     }
   }
-  // seq_cst, paired with context::impl::run_source: of the last run ending and the source
-  // finishing, whichever comes second sees the other and announces the route stopped.
-  if (in_flight_.fetch_sub(1) == 1 && source_done_.load()) announce_stopped();
-  ctx_.work_finished();
+}
+
+task<outcome> route_runtime::run_child(std::span<const std::unique_ptr<step>> steps, exchange& child) {
+  time_point started{};
+  announce_started(child, started);
+  outcome o = co_await run_steps(steps, child);
+  announce_ended(child, o, started);
+  co_return o;
+}
+
+outcome route_runtime::run_child_now(std::span<const std::unique_ptr<step>> steps, exchange& child) {
+  time_point started{};
+  announce_started(child, started);
+  outcome o = run_steps_now(steps, child);
+  announce_ended(child, o, started);
+  return o;
 }
 
 void route_runtime::announce_stopped() {
