@@ -21,17 +21,29 @@ bool split_step::synchronous() const noexcept {
   return true;
 }
 
-exchange split_step::make_child(const exchange& parent, any_body body, const std::string& group) {
+namespace {
+
+// What every child of one split shares, computed once per split rather than per child.
+struct child_shape {
+  std::string correlation;
+  nlohmann::json hierarchy;
+};
+
+child_shape shape_of(const exchange& parent, const std::string& group) {
+  child_shape s{parent.correlation_id(), nlohmann::json::array()};
+  if (const auto* h = parent.header(split_hierarchy_header); h != nullptr && h->is_array()) s.hierarchy = *h;
+  s.hierarchy.push_back(group);
+  return s;
+}
+
+exchange make_child_of(const exchange& parent, const child_shape& shape, any_body body) {
   exchange child;
   child.headers() = parent.headers();
-  nlohmann::json hierarchy = nlohmann::json::array();
-  if (const auto* h = parent.header(split_hierarchy_header); h != nullptr && h->is_array()) hierarchy = *h;
-  hierarchy.push_back(group);
   // A std::string key: from the string_view constant, g++ 12 warns (-Warray-bounds) on a copy it
   // believes overflows the small-string buffer.
   static const std::string key(split_hierarchy_header);
-  child.set_header(key, std::move(hierarchy));
-  child.set_correlation_id(parent.correlation_id());
+  child.set_header(key, shape.hierarchy);
+  child.set_correlation_id(shape.correlation);
   if (parent.principal()) child.set_principal(*parent.principal());
   if (parent.deadline()) child.set_deadline(*parent.deadline());
   child.set_abort_signal(parent.abort_signal());
@@ -40,14 +52,20 @@ exchange split_step::make_child(const exchange& parent, any_body body, const std
   return child;
 }
 
+}  // namespace
+
+exchange split_step::make_child(const exchange& parent, any_body body, const std::string& group) {
+  return make_child_of(parent, shape_of(parent, group), std::move(body));
+}
+
 outcome split_step::run_now(exchange& ex, route_runtime& rt) {
   const bool agg = has_aggregate();
   auto source = plan_.open(ex, agg);
-  const std::string group = ex.id();
+  const child_shape shape = shape_of(ex, ex.id());
   std::vector<any_body> arrived;
   any_body b;
   while (source->next(b)) {
-    exchange child = make_child(ex, std::move(b), group);
+    exchange child = make_child_of(ex, shape, std::move(b));
     const outcome o = rt.run_child_now(sub_, child);
     if (agg) arrived.push_back(o.ok() ? std::move(child.raw_body()) : any_body{});
   }
@@ -59,12 +77,12 @@ outcome split_step::run_now(exchange& ex, route_runtime& rt) {
 // parent waiting. Shared by the parent's frame and every child's (a child may end on another
 // thread, and a forced stop may free the frames in any order).
 struct split_step::run_state {
-  run_state(split_step& s, route_runtime& r, exchange& p) : step(s), rt(r), parent(p), group(p.id()) {}
+  run_state(split_step& s, route_runtime& r, exchange& p) : step(s), rt(r), parent(p), shape(shape_of(p, p.id())) {}
 
   split_step& step;
   route_runtime& rt;
   exchange& parent;  // lives in the parent's frame, which waits until every child has ended
-  const std::string group;
+  const child_shape shape;
   std::unique_ptr<split_source> source;
   bool aggregate = false;
 
@@ -103,7 +121,7 @@ struct split_step::run_state {
       if (st.aggregate) st.arrived.emplace_back();
       ++st.active;
       lock.unlock();
-      start(self, index, make_child(st.parent, std::move(body), st.group));
+      start(self, index, make_child_of(st.parent, st.shape, std::move(body)));
       lock.lock();
     }
     st.pumping = false;
