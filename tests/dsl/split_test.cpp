@@ -371,3 +371,27 @@ TEST_CASE("on a real-time context with two threads, concurrent children all arri
     CHECK(body.back() - body.front() == 49);
   }
 }
+
+TEST_CASE("a route-scope timeout covers the whole split: its deadline reaches the children") {
+  rc::context ctx(rc::virtual_time);
+  event_recorder events(ctx, "route:exchange:failed");
+  rc::spy<ints> out;
+  rc::spy<int> children;
+  ctx.add(rc::craft()
+              .id("s")
+              .timeout(150ms)
+              .from(rc::simple(std::vector<ints>{{1, 2, 3}}))
+              .split()
+              .delay(100ms)
+              .to(children)
+              .aggregate()
+              .to(out));
+  ctx.start();
+  ctx.drain();
+  CHECK(out.count() == 0);
+  CHECK(children.bodies() == ints{1});  // the second child's wait was cut at the deadline
+  const auto failed = events.all();
+  REQUIRE_FALSE(failed.empty());
+  CHECK(failed.back().details["error"]["code"] == "RC5011");  // the parent
+  CHECK(in_ms({failed.back().at.time_since_epoch()}) == std::vector<double>{150});
+}
