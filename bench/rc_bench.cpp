@@ -27,6 +27,8 @@
 //   inflight       N (100,000) paced at 10/s, stop requested after 2 s: memory, stop latency
 //   keys           N (1,000,000) distinct keys through a keyed throttle; bytes per key
 //   events         plain_seq with one subscriber on route:throttle:passed (never emitted here)
+//   split_aggregate N exchanges sequence -> split into 10 children -> transform (per child) ->
+//                  aggregate -> transform (sum) -> noop; ns per parent and per child
 #include <sys/resource.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -205,6 +207,40 @@ result concurrency_open(const run_config& c) { return throughput(c.n, seq_source
 result breaker_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::breaker_open); }
 result cache_hit(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::cache_hit); }
 result events(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::none, true); }
+
+// ---- split_aggregate: each exchange split into 10 children and joined back ---------------------
+
+result split_aggregate(const run_config& c) {
+  constexpr int fan_out = 10;
+  rc::context ctx;
+  std::size_t completed = 0;  // parents
+  std::size_t children = 0;
+  ctx.add(rc::craft()
+              .id("split_aggregate")
+              .from(seq_source(iota_values(c.n)))
+              .split([](const int& v) {
+                std::vector<int> lines(fan_out);
+                std::iota(lines.begin(), lines.end(), v);
+                return lines;
+              })
+              .transform([&children](int v) {
+                ++children;
+                return v * 2;
+              })
+              .aggregate()
+              .transform([&completed](std::vector<int> v) {
+                ++completed;
+                return std::accumulate(v.begin(), v.end(), 0LL);
+              })
+              .to(rc::noop()));
+  result r;
+  r.seconds = run_to_idle(ctx);
+  r.figures["completed"] = completed;
+  r.figures["children"] = children;
+  r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(c.n);
+  r.figures["ns_per_child"] = r.seconds * 1e9 / static_cast<double>(c.n * fan_out);
+  return r;
+}
 
 // ---- delay0: every exchange parked at once in delay(0ms) ----------------------------------------
 
@@ -457,6 +493,7 @@ constexpr scenario scenarios[] = {
     {"pacing", 3'000, pacing},
     {"inflight", 100'000, inflight},
     {"keys", 1'000'000, keys},
+    {"split_aggregate", 500'000, split_aggregate},
     {"events", 5'000'000, events},
 };
 

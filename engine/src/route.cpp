@@ -7,6 +7,7 @@
 
 #include "rc/context.hpp"
 #include "rc/error.hpp"
+#include "rc/split.hpp"
 #include "rc/wrappers/keyed_gate.hpp"
 
 namespace rc {
@@ -45,6 +46,8 @@ class gate_namer {
       } else {
         if (auto* seg = dynamic_cast<segment_step*>(s))
           for (auto& u : seg->steps()) name(u.get());
+        else if (auto* split = dynamic_cast<split_step*>(s))
+          for (auto& u : split->sub_steps()) name(u.get());
         return;
       }
     }
@@ -278,30 +281,33 @@ outcome route_runtime::run_steps_now(std::span<const std::unique_ptr<step>> step
   return o;
 }
 
-void route_runtime::begin_run(exchange& ex, time_point& started) {
-  in_flight_.fetch_add(1, std::memory_order_acq_rel);
-  ctx_.work_started();
-  ex.set_route(this);
-  auto& bus = events();
-  if (bus.listening(event_id::exchange_completed) || bus.listening(event_id::exchange_failed)) started = now();
-  bus.emit(event_id::exchange_started, [&] { return x_fields(*this, ex); });
+namespace {
+// The lifecycle events of one exchange. Templates only so that a run's copy (begin_run, end_run)
+// keeps its own event lambdas, inlined as before split existed (rc-bench plain_seq), while split
+// children (run_child) use the other copy; `Child` changes nothing else.
+template <bool Child>
+[[gnu::always_inline]] inline void emit_started(route_runtime& rt, const exchange& ex, time_point& started) {
+  auto& bus = rt.events();
+  if (bus.listening(event_id::exchange_completed) || bus.listening(event_id::exchange_failed)) started = rt.now();
+  bus.emit(event_id::exchange_started, [&] { return x_fields(rt, ex); });
 }
 
-void route_runtime::end_run(exchange& ex, outcome& o, time_point started) {
+template <bool Child>
+[[gnu::always_inline]] inline void emit_ended(route_runtime& rt, exchange& ex, outcome& o, time_point started) {
   ex.run_finish_hooks(o.ok());
-  auto& bus = events();
+  auto& bus = rt.events();
   switch (o.what) {
     case outcome::kind::proceed:
       bus.emit(event_id::exchange_completed, [&] {
-        auto j = x_fields(*this, ex);
-        j["duration"] = to_ms(now() - started);
+        auto j = x_fields(rt, ex);
+        j["duration"] = to_ms(rt.now() - started);
         j["exchange"] = ex.to_json();
         return j;
       });
       break;
     case outcome::kind::drop:
       bus.emit(event_id::exchange_dropped, [&] {
-        auto j = x_fields(*this, ex);
+        auto j = x_fields(rt, ex);
         j["reason"] = o.reason;
         j["exchange"] = ex.to_json();
         return j;
@@ -310,14 +316,14 @@ void route_runtime::end_run(exchange& ex, outcome& o, time_point started) {
     case outcome::kind::fail: {
       o.error = normalise(o.error);
       bus.emit(event_id::route_error, [&] {
-        return nlohmann::json{{"routeId", id()}, {"error", error_json(o.error)}, {"exchange", ex.to_json()}};
+        return nlohmann::json{{"routeId", rt.id()}, {"error", error_json(o.error)}, {"exchange", ex.to_json()}};
       });
       bus.emit(event_id::context_error, [&] {
-        return nlohmann::json{{"error", error_json(o.error)}, {"route", id()}, {"exchange", ex.to_json()}};
+        return nlohmann::json{{"error", error_json(o.error)}, {"route", rt.id()}, {"exchange", ex.to_json()}};
       });
       bus.emit(event_id::exchange_failed, [&] {
-        auto j = x_fields(*this, ex);
-        j["duration"] = to_ms(now() - started);
+        auto j = x_fields(rt, ex);
+        j["duration"] = to_ms(rt.now() - started);
         j["error"] = error_json(o.error);
         j["exchange"] = ex.to_json();
         return j;
@@ -325,10 +331,47 @@ void route_runtime::end_run(exchange& ex, outcome& o, time_point started) {
       break;
     }
   }
+}
+
+}  // namespace
+
+void route_runtime::begin_run(exchange& ex, time_point& started) {
+  in_flight_.fetch_add(1, std::memory_order_acq_rel);
+  ctx_.work_started();
+  ex.set_route(this);
+  emit_started<false>(*this, ex, started);
+}
+
+void route_runtime::end_run(exchange& ex, outcome& o, time_point started) {
+  emit_ended<false>(*this, ex, o, started);
   // seq_cst, paired with context::impl::run_source: of the last run ending and the source
   // finishing, whichever comes second sees the other and announces the route stopped.
   if (in_flight_.fetch_sub(1) == 1 && source_done_.load()) announce_stopped();
   ctx_.work_finished();
+}
+
+void route_runtime::announce_started(const exchange& ex, time_point& started) {
+  emit_started<true>(*this, ex, started);
+}
+
+void route_runtime::announce_ended(exchange& ex, outcome& o, time_point started) {
+  emit_ended<true>(*this, ex, o, started);
+}
+
+task<outcome> route_runtime::run_child(std::span<const std::unique_ptr<step>> steps, exchange& child) {
+  time_point started{};
+  announce_started(child, started);
+  outcome o = co_await run_steps(steps, child);
+  announce_ended(child, o, started);
+  co_return o;
+}
+
+outcome route_runtime::run_child_now(std::span<const std::unique_ptr<step>> steps, exchange& child) {
+  time_point started{};
+  announce_started(child, started);
+  outcome o = run_steps_now(steps, child);
+  announce_ended(child, o, started);
+  return o;
 }
 
 void route_runtime::announce_stopped() {

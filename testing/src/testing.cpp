@@ -112,6 +112,10 @@ void test_context::apply(std::unique_ptr<step>& s) const {
     w->replace_inner(std::move(inner));
     return;
   }
+  if (auto* split = dynamic_cast<split_step*>(s.get())) {
+    for (auto& u : split->sub_steps()) apply(u);
+    return;
+  }
   const auto* es = dynamic_cast<const endpoint_step*>(s.get());
   if (!es) return;
   for (const auto& r : rules_)

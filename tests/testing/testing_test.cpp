@@ -358,6 +358,23 @@ TEST_CASE("override by adapter name, with a spy as the double") {
   CHECK(logged.calls().send == 2);
 }
 
+TEST_CASE("override reaches the endpoints between split() and aggregate()") {
+  rc::testing::test_context tc;
+  rc::spy<int> logged;
+  rc::spy<std::vector<int>> out;
+  tc.override("log", logged);
+  tc.add(rc::craft()
+             .id("r")
+             .from(rc::simple(std::vector<std::vector<int>>{{1, 2, 3}}))
+             .split()
+             .to(rc::log("never printed"))
+             .aggregate()
+             .to(out));
+  tc.test();
+  CHECK(logged.bodies() == std::vector<int>{1, 2, 3});
+  CHECK(out.bodies() == std::vector<std::vector<int>>{{1, 2, 3}});
+}
+
 TEST_CASE("override applies to routes added after it, others keep their endpoints") {
   rc::testing::test_context tc;
   rc::spy<int> before, replaced;

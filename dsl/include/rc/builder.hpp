@@ -20,6 +20,8 @@
 #include <concepts>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <ranges>
 #include <string>
 #include <type_traits>
 #include <typeinfo>
@@ -29,6 +31,7 @@
 #include "rc/endpoint.hpp"
 #include "rc/error.hpp"
 #include "rc/route.hpp"
+#include "rc/split.hpp"
 #include "rc/steps.hpp"
 #include "rc/wrappers/cache.hpp"
 #include "rc/wrappers/circuit_breaker.hpp"
@@ -46,7 +49,55 @@ namespace rc {
 /// The body type before from(): there is none yet.
 struct no_body {};
 
-template <class Body>
+namespace detail {
+/// The builder's split nesting, at the type level: outside any split() ...
+struct top_level {};
+/// ... or inside one, started on a body of type OuterBody at level OuterLevel.
+template <class OuterBody, class OuterLevel>
+struct split_level {
+  using outer_body = OuterBody;
+  using outer_level = OuterLevel;
+};
+template <class Level>
+inline constexpr bool in_split = !std::is_same_v<Level, top_level>;
+/// The parent's body type at the end of the route: the body at the outermost split() still open.
+template <class Body, class Level>
+struct final_body {
+  using type = Body;
+};
+template <class Body, class OuterBody, class OuterLevel>
+struct final_body<Body, split_level<OuterBody, OuterLevel>> : final_body<OuterBody, OuterLevel> {};
+
+/// A split() not yet closed by aggregate(): the steps before it, and the typed part of the plan.
+struct open_split {
+  std::vector<std::unique_ptr<rc::step>> outer_steps;
+  split_plan plan;
+};
+
+/// Yields the elements of a range as children's bodies, moving them out when `Move`.
+template <class R, bool Move>
+class range_source final : public split_source {
+ public:
+  using element = std::ranges::range_value_t<std::remove_reference_t<R>>;
+  explicit range_source(R&& r) : range_(std::forward<R>(r)) {}
+  bool next(any_body& out) override {
+    if (!it_) it_.emplace(std::ranges::begin(range_));
+    if (*it_ == std::ranges::end(range_)) return false;
+    if constexpr (Move)
+      out.emplace<element>(std::ranges::iter_move(*it_));
+    else
+      out.emplace<element>(**it_);
+    ++*it_;
+    return true;
+  }
+
+ private:
+  R range_;  // the range itself, or a reference to the parent's body
+  std::optional<std::ranges::iterator_t<std::remove_reference_t<R>>> it_;
+};
+}  // namespace detail
+
+template <class Body, class Level = detail::top_level>
 class route_builder;
 
 route_builder<no_body> craft();
@@ -70,7 +121,7 @@ concept gate_options = requires(Options o, std::unique_ptr<rc::step> inner) {
 };
 }  // namespace detail
 
-template <class Body>
+template <class Body, class Level>
 class route_builder {
   static constexpr bool has_from = !std::is_same_v<Body, no_body>;
 
@@ -273,7 +324,7 @@ class route_builder {
     } else {
       static_assert(detail::typed_source<S>, "from(): the argument is not a source (see rc/components.hpp)");
       using T = typename S::body_type;
-      route_builder<T> next(std::move(def_), std::move(route_learn_));
+      auto next = std::move(*this).template rebind<T, Level>();
       next.def_.source = std::make_unique<S>(std::move(src));
       return next;
     }
@@ -350,11 +401,10 @@ class route_builder {
   /// Request/reply: sends the body to an endpoint with `call()` (rc::direct) and makes the reply's
   /// body, of type Reply, the body from here on.
   template <class Reply, class D>
-  route_builder<Reply> request(D endpoint) && {
+  route_builder<Reply, Level> request(D endpoint) && {
     require_from<D>();
     append<Reply>(std::make_unique<request_step<Reply, D>>(std::move(endpoint)));
-    route_builder<Reply> next(std::move(def_), std::move(route_learn_));
-    return next;
+    return std::move(*this).template rebind<Reply, Level>();
   }
 
   /// Sends a copy of the exchange (fresh id, same correlation) to a destination, detached; the
@@ -375,6 +425,100 @@ class route_builder {
     return std::move(*this);
   }
 
+  // ---- split / aggregate (rc/split.hpp, docs/operations.md) --------------------------------
+  /// Each element of the range `f(body)` becomes a child exchange that runs the steps up to the
+  /// matching aggregate() (or, without one, to the end of the route); the body type from here on
+  /// is the element type. At most `o.parallelism` children run at once (default 1).
+  template <class F>
+  auto split(F f, split_options o = {}) && {
+    require_from<F>();
+    static_assert(std::is_invocable_v<F&, const Body&>, "split(f): f must take the body (const Body&)");
+    using R = std::invoke_result_t<F&, const Body&>;
+    static_assert(std::ranges::input_range<std::remove_reference_t<R>>,
+                  "split(f): f must return a range (std::vector<T>, a view, ...) of the children's bodies");
+    using Range = std::conditional_t<std::is_lvalue_reference_v<R>, R, std::remove_cvref_t<R>>;
+    using Element = std::ranges::range_value_t<std::remove_reference_t<R>>;
+    static_assert(!std::is_same_v<Element, exchange>, "split(f): f returns the children's bodies, not exchanges");
+    struct opener {
+      F f;
+      std::unique_ptr<split_source> operator()(exchange& parent, bool) {
+        // A range returned by reference (into the body) is copied from; one returned by value is
+        // the split's own, moved from.
+        return std::make_unique<detail::range_source<Range, !std::is_lvalue_reference_v<R>>>(
+            f(static_cast<const Body&>(parent.body<Body>())));
+      }
+    };
+    return std::move(*this).template open_split<Element>(opener{std::move(f)}, o);
+  }
+
+  /// A body that is a range splits per element (see split(f)).
+  auto split(split_options o = {}) && {
+    require_from<split_options>();
+    if constexpr (!std::ranges::input_range<Body>) {
+      static_assert(detail::always_false<Body>,
+                    "split(): without a function the body must be a range (std::vector<T>, ...); "
+                    "otherwise pass split(f) returning one");
+      return std::move(*this);
+    } else {
+      using Element = std::ranges::range_value_t<Body>;
+      struct opener {
+        std::unique_ptr<split_source> operator()(exchange& parent, bool consume) {
+          // The body is replaced by the aggregate afterwards: its elements may move out. Without
+          // an aggregate the parent keeps its body, so each child gets a copy.
+          Body& b = parent.body<Body>();
+          if (consume) return std::make_unique<detail::range_source<Body&, true>>(b);
+          if constexpr (std::is_copy_constructible_v<Element>)
+            return std::make_unique<detail::range_source<Body&, false>>(b);
+          else
+            return std::make_unique<detail::range_source<Body&, true>>(b);
+        }
+      };
+      return std::move(*this).template open_split<Element>(opener{}, o);
+    }
+  }
+
+  /// Joins the children of the nearest open split(): the body becomes a std::vector of the
+  /// bodies of the children that completed, in split order (failed or dropped children are
+  /// missing; none completed is RC5002). The parent's identity and headers are as before split().
+  auto aggregate() && {
+    static_assert(detail::in_split<Level>,
+                  "aggregate(): there is no split() before it; aggregate() joins the children of the nearest "
+                  "split()");
+    if constexpr (detail::in_split<Level>) {
+      return std::move(*this).template close_aggregate<std::vector<Body>>(
+          [](exchange& parent, std::vector<Body>&& bodies) {
+            if (bodies.empty())
+              throw rc::error(errc::validation,
+                              "aggregate(): no child completed (every child failed or was dropped); the default "
+                              "aggregator needs at least one (pass aggregate(f) to handle none)");
+            parent.set_body(std::move(bodies));
+          });
+    } else {
+      return std::move(*this);
+    }
+  }
+
+  /// Joins as aggregate(), then `f(std::vector<Body>&&)` (possibly empty) becomes the body.
+  template <class F>
+  auto aggregate(F f) && {
+    static_assert(detail::in_split<Level>,
+                  "aggregate(f): there is no split() before it; aggregate() joins the children of the nearest "
+                  "split()");
+    static_assert(std::is_invocable_v<F&, std::vector<Body>&&>,
+                  "aggregate(f): f must take the children's bodies as std::vector<Body>&& (Body: the body type "
+                  "before aggregate)");
+    if constexpr (detail::in_split<Level> && std::is_invocable_v<F&, std::vector<Body>&&>) {
+      using Out = std::decay_t<std::invoke_result_t<F&, std::vector<Body>&&>>;
+      static_assert(!std::is_void_v<Out>, "aggregate(f): f must return the new body");
+      return std::move(*this).template close_aggregate<Out>(
+          [f = std::move(f)](exchange& parent, std::vector<Body>&& bodies) mutable {
+            parent.set_body(f(std::move(bodies)));
+          });
+    } else {
+      return std::move(*this);
+    }
+  }
+
   // ---- build ------------------------------------------------------------------------------
   route_definition build() && {
     if constexpr (!has_from) {
@@ -386,14 +530,20 @@ class route_builder {
                         fmt::format("{}() has no step after it: a step-scope wrapper wraps the next step, so "
                                     "add the step it should wrap (route \"{}\")",
                                     pending_.front().name, def_.id));
+      if (!splits_.empty() && has_route_cache())
+        throw rc::error(errc::misconfigured,
+                        fmt::format("route \"{}\": a route-scope cache() needs every split() closed by an "
+                                    "aggregate() (it caches the route's final body)",
+                                    def_.id));
+      while (!splits_.empty()) close_split();  // split() without aggregate(): children run to the end
       if (def_.id.empty()) def_.id = exchange().id();
-      for (auto& learn : route_learn_) learn(typeid(Body));
+      for (auto& learn : route_learn_) learn(typeid(typename detail::final_body<Body, Level>::type));
       return std::move(def_);
     }
   }
 
  private:
-  template <class>
+  template <class, class>
   friend class route_builder;
   friend route_builder<no_body> craft();
 
@@ -404,8 +554,47 @@ class route_builder {
   };
 
   route_builder() = default;
-  explicit route_builder(route_definition def, std::vector<learn_fn> route_learn = {})
-      : def_(std::move(def)), route_learn_(std::move(route_learn)) {}
+
+  /// The same route under construction, with another body type or split level.
+  template <class B, class L>
+  route_builder<B, L> rebind() && {
+    route_builder<B, L> next;
+    next.def_ = std::move(def_);
+    next.route_learn_ = std::move(route_learn_);
+    next.splits_ = std::move(splits_);
+    return next;
+  }
+
+  /// A step-scope wrapper cannot wrap split() or aggregate() (RC5003).
+  void require_no_pending(const char* what) const {
+    if (!pending_.empty())
+      throw rc::error(errc::misconfigured,
+                      fmt::format("{}() cannot be wrapped by {}(): a step-scope wrapper wraps one step; place it "
+                                  "before a step between split() and aggregate() (route \"{}\")",
+                                  what, pending_.back().name, def_.id));
+  }
+
+  /// Turns the innermost open split into a split_step appended to the steps before it.
+  void close_split() {
+    detail::open_split open = std::move(splits_.back());
+    splits_.pop_back();
+    auto sub = std::move(def_.steps);
+    def_.steps = std::move(open.outer_steps);
+    def_.steps.push_back(std::make_unique<split_step>(std::move(open.plan), std::move(sub)));
+  }
+
+  template <class Element, class Opener>
+  auto open_split(Opener opener, split_options o) && {
+    o.validate();
+    require_no_pending("split");
+    detail::open_split open;
+    open.outer_steps = std::move(def_.steps);
+    def_.steps.clear();
+    open.plan.parallelism = o.parallelism;
+    open.plan.open = std::move(opener);
+    splits_.push_back(std::move(open));
+    return std::move(*this).template rebind<Element, detail::split_level<Body, Level>>();
+  }
 
   void require_before_from(const char* what) const {
     if constexpr (has_from)
@@ -438,11 +627,25 @@ class route_builder {
   }
 
   template <class Out, class F>
-  route_builder<Out> append_transform(F f) && {
+  route_builder<Out, Level> append_transform(F f) && {
     static_assert(!std::is_void_v<Out>, "transform(): the function must return the new body");
     append<Out>(std::make_unique<transform_step<Body, Out, F>>(std::move(f)));
-    route_builder<Out> next(std::move(def_), std::move(route_learn_));
-    return next;
+    return std::move(*this).template rebind<Out, Level>();
+  }
+
+  template <class Out, class Fold>
+  auto close_aggregate(Fold fold) && {
+    require_no_pending("aggregate");
+    splits_.back().plan.aggregate = [fold = std::move(fold)](exchange& parent, std::vector<any_body>& arrived) mutable {
+      std::vector<Body> bodies;
+      bodies.reserve(arrived.size());
+      for (auto& b : arrived)
+        if (b.template holds<Body>()) bodies.push_back(std::move(b.template get<Body>()));
+      arrived.clear();
+      fold(parent, std::move(bodies));
+    };
+    close_split();
+    return std::move(*this).template rebind<Out, typename Level::outer_level>();
   }
 
   template <class O>
@@ -450,9 +653,16 @@ class route_builder {
     if constexpr (requires { o.validate(); }) o.validate();
   }
 
+  bool has_route_cache() const {
+    for (const auto& w : def_.wrappers)
+      if (w.layer == route_layer::cache) return true;
+    return false;
+  }
+
   route_definition def_;
   std::vector<pending_wrapper> pending_;
-  std::vector<learn_fn> route_learn_;  // route-scope wrappers, told the route's final body type at build()
+  std::vector<learn_fn> route_learn_;       // route-scope wrappers, told the route's final body type at build()
+  std::vector<detail::open_split> splits_;  // open split()s, innermost last
 };
 
 inline route_builder<no_body> craft() { return route_builder<no_body>(); }

@@ -81,9 +81,9 @@ struct route_definition {
   std::string description;
   std::unique_ptr<source_base> source;
   parse_error on_parse_error = parse_error::fail;  // what a parsing source's bad record does
-  std::vector<std::unique_ptr<step>> gates;  // route scope, admit once, declaration order
-  std::vector<route_wrapper> wrappers;       // route scope, other layers (any order)
-  std::vector<std::unique_ptr<step>> steps;  // the user pipeline
+  std::vector<std::unique_ptr<step>> gates;        // route scope, admit once, declaration order
+  std::vector<route_wrapper> wrappers;             // route scope, other layers (any order)
+  std::vector<std::unique_ptr<step>> steps;        // the user pipeline
 };
 
 /// The result of one run: how it ended, and the exchange as it ended (for replies).
@@ -116,6 +116,12 @@ class route_runtime {
   /// Runs `steps` in order on `ex` (used by the top level and by segments). Never throws.
   task<outcome> run_steps(std::span<const std::unique_ptr<step>> steps, exchange& ex);
 
+  /// A split child's own run through `steps` (rc/split.hpp): its route:exchange:started, the
+  /// steps, its terminal event. Never throws; the outcome's error is normalised.
+  task<outcome> run_child(std::span<const std::unique_ptr<step>> steps, exchange& child);
+  /// The same when every one of `steps` is synchronous.
+  outcome run_child_now(std::span<const std::unique_ptr<step>> steps, exchange& child);
+
   /// Stamps a fresh exchange for this route (route binding, operation "from").
   void adopt(exchange& ex) const noexcept { ex.set_route(this); }
 
@@ -135,6 +141,9 @@ class route_runtime {
   friend class source_context;
   void begin_run(exchange& ex, time_point& started);
   void end_run(exchange& ex, outcome& o, time_point started);
+  // The lifecycle events of one exchange (a run's, or a split child's).
+  void announce_started(const exchange& ex, time_point& started);
+  void announce_ended(exchange& ex, outcome& o, time_point started);
   outcome run_steps_now(std::span<const std::unique_ptr<step>> steps, exchange& ex);
   // Where a run is in its step list (route.cpp: advance, the one step loop).
   struct step_cursor {
