@@ -58,7 +58,7 @@ TEST_CASE("split(f) runs the steps per element and aggregate() gathers them in s
   CHECK(out.bodies()[0] == std::vector<std::string>{"a!", "bb!", "ccc!"});
 }
 
-TEST_CASE("split() on a range body splits per element; aggregate(f) folds the children into a new body type") {
+TEST_CASE("split() on a range body splits per element, aggregate(f) folds the children into a new body type") {
   rc::context ctx(rc::virtual_time);
   rc::spy<std::string> out;
   ctx.add(rc::craft()
@@ -149,7 +149,7 @@ TEST_CASE("children run concurrently up to parallelism: 10 children of 100 ms, p
   CHECK(max_in_flight == 3);
 }
 
-TEST_CASE("a failed or dropped child is missing from the aggregate and reported as its own; the parent goes on") {
+TEST_CASE("a failed or dropped child is missing from the aggregate and reported as its own, the parent goes on") {
   rc::context ctx(rc::virtual_time);
   event_recorder events(ctx);
   rc::spy<ints> out;
@@ -178,7 +178,7 @@ TEST_CASE("a failed or dropped child is missing from the aggregate and reported 
   CHECK(events.named("route:exchange:completed").back().details["exchangeId"] != failed["exchangeId"]);
 }
 
-TEST_CASE("when every child fails, the default aggregate fails the parent with RC5002; aggregate(f) gets none") {
+TEST_CASE("when every child fails, the default aggregate fails the parent with RC5002, aggregate(f) gets none") {
   auto throwing = [](int x) -> int { throw std::runtime_error("bad " + std::to_string(x)); };
   SECTION("default aggregator") {
     rc::context ctx(rc::virtual_time);
