@@ -58,9 +58,7 @@ void BM_throttle_decision_keyed(benchmark::State& state, std::size_t distinct_ke
   rc::time_point now{};
   std::size_t next = 0;
   std::int64_t refused = 0;
-  const auto can_evict = [&](const key_state& s) {
-    return s.waiters == 0 && s.bucket.is_full(now, p);
-  };
+  const auto can_evict = [&](const key_state& s) { return s.waiters == 0 && s.bucket.is_full(now, p); };
   for (auto _ : state) {
     now += step;
     key_state* s = table.touch(keys[next], can_evict);
@@ -72,8 +70,7 @@ void BM_throttle_decision_keyed(benchmark::State& state, std::size_t distinct_ke
     benchmark::DoNotOptimize(s->bucket.reserve(now, p));
   }
   state.counters["refused"] = static_cast<double>(refused);
-  state.counters["table_bytes_per_key"] =
-      static_cast<double>(table.memory_bytes()) / static_cast<double>(table.size());
+  state.counters["table_bytes_per_key"] = static_cast<double>(table.memory_bytes()) / static_cast<double>(table.size());
 }
 BENCHMARK_CAPTURE(BM_throttle_decision_keyed, 10k_keys_in_10k_table, 10'000);
 BENCHMARK_CAPTURE(BM_throttle_decision_keyed, 1m_keys_through_10k_table, 1'000'000);

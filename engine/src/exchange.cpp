@@ -1,9 +1,9 @@
 #include "rc/exchange.hpp"
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <random>
-
-#include <fmt/format.h>
 
 namespace rc {
 namespace {
@@ -27,8 +27,7 @@ std::string exchange::id() const {
   const std::uint64_t hi = process_salt();
   // 8-4-4-4-12 hex: salt, then the counter.
   return fmt::format("{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", static_cast<std::uint32_t>(hi >> 32),
-                     static_cast<std::uint32_t>((hi >> 16) & 0xffff),
-                     static_cast<std::uint32_t>(hi & 0xffff),
+                     static_cast<std::uint32_t>((hi >> 16) & 0xffff), static_cast<std::uint32_t>(hi & 0xffff),
                      static_cast<std::uint32_t>((id_ >> 48) & 0xffff), id_ & 0xffffffffffffULL);
 }
 

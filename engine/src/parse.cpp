@@ -12,10 +12,11 @@ outcome parse_step::run_now(exchange& ex, route_runtime& rt) {
     parse(ex);
     return outcome::proceed();
   } catch (const error& e) {
-    failure = e.code() == errc::source_parse_failed
-                  ? std::current_exception()
-                  : std::make_exception_ptr(error(errc::source_parse_failed, fmt::format("{}: {}", where(ex), e.message()),
-                                                  false, std::current_exception()));
+    failure =
+        e.code() == errc::source_parse_failed
+            ? std::current_exception()
+            : std::make_exception_ptr(error(errc::source_parse_failed, fmt::format("{}: {}", where(ex), e.message()),
+                                            false, std::current_exception()));
   } catch (...) {
     failure = std::make_exception_ptr(error(errc::source_parse_failed,
                                             fmt::format("{}: {}", where(ex), message_of(std::current_exception())),

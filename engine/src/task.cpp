@@ -45,7 +45,7 @@ void* allocate_frame(std::size_t size) {
     --cache.counts[cls];
     return node;
   }
-  return ::operator new(cls * granule);
+  return ::operator new(cls* granule);
 }
 
 void free_frame(void* frame, std::size_t size) noexcept {

@@ -1,8 +1,8 @@
-#include "rc/http_rate_limit_headers.hpp"
-
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
+
+#include "rc/http_rate_limit_headers.hpp"
 
 using namespace std::chrono_literals;
 using rc::rate_limit_headers;
@@ -39,15 +39,13 @@ TEST_CASE("draft-6 writes the policy, the limit, what remains and the relative r
 }
 
 TEST_CASE("draft-7 writes the policy and one comma-separated RateLimit header") {
-  const rc::header_list expected{{"RateLimit-Policy", "7;w=30"},
-                                 {"RateLimit", "limit=7, remaining=0, reset=12"}};
+  const rc::header_list expected{{"RateLimit-Policy", "7;w=30"}, {"RateLimit", "limit=7, remaining=0, reset=12"}};
   CHECK(headers(rate_limit_headers::draft_7, info(9)) == expected);
 }
 
 TEST_CASE("draft-8 writes a named quota with the partition key of the client") {
-  const rc::header_list expected{
-      {"RateLimit", "\"7-in-30sec\"; r=6; t=12"},
-      {"RateLimit-Policy", "\"7-in-30sec\"; q=7; w=30; pk=:MTJjYTE3YjQ5YWYy:"}};
+  const rc::header_list expected{{"RateLimit", "\"7-in-30sec\"; r=6; t=12"},
+                                 {"RateLimit-Policy", "\"7-in-30sec\"; q=7; w=30; pk=:MTJjYTE3YjQ5YWYy:"}};
   CHECK(headers(rate_limit_headers::draft_8, info(1)) == expected);
 
   auto named = info(1);
@@ -67,8 +65,7 @@ TEST_CASE("legacy headers give the reset as absolute epoch seconds with the Date
   CHECK(headers(rate_limit_headers::legacy, info(2, 11500ms)) == expected);
 
   // A window ending on a whole second is not rounded further.
-  const auto whole =
-      rc::rate_limit_header_list(rate_limit_headers::legacy, info(2, 10s), 1'700'000'000'000);
+  const auto whole = rc::rate_limit_header_list(rate_limit_headers::legacy, info(2, 10s), 1'700'000'000'000);
   CHECK(whole.back() == std::pair<std::string, std::string>{"X-RateLimit-Reset", "1700000010"});
 }
 
@@ -87,12 +84,11 @@ TEST_CASE("Retry-After is written only on a rejection and only when some header 
   CHECK(headers(rate_limit_headers::draft_7, info(7)).size() == 2);  // passed: none
   CHECK(headers(rate_limit_headers::none, info(8), rate_limit_outcome::rejected).empty());
 
-  const auto legacy_only =
-      headers(rate_limit_headers::legacy, info(8), rate_limit_outcome::rejected);
+  const auto legacy_only = headers(rate_limit_headers::legacy, info(8), rate_limit_outcome::rejected);
   CHECK(legacy_only.back().first == "Retry-After");
 
-  const auto overridden = rc::rate_limit_header_list(
-      rate_limit_headers::draft_6, info(8), wall_now_ms, rate_limit_outcome::rejected, "120");
+  const auto overridden = rc::rate_limit_header_list(rate_limit_headers::draft_6, info(8), wall_now_ms,
+                                                     rate_limit_outcome::rejected, "120");
   CHECK(overridden.back() == std::pair<std::string, std::string>{"Retry-After", "120"});
 }
 
@@ -127,10 +123,8 @@ TEST_CASE("resets and windows round up to whole seconds and remaining never goes
 
   auto late = info(3, 0s);  // e.g. a zero window: reset 0 is still written
   late.window = 1500ms;
-  const rc::header_list expected{{"RateLimit-Policy", "7;w=2"},
-                                 {"RateLimit-Limit", "7"},
-                                 {"RateLimit-Remaining", "4"},
-                                 {"RateLimit-Reset", "0"}};
+  const rc::header_list expected{
+      {"RateLimit-Policy", "7;w=2"}, {"RateLimit-Limit", "7"}, {"RateLimit-Remaining", "4"}, {"RateLimit-Reset", "0"}};
   CHECK(headers(rate_limit_headers::draft_6, late) == expected);
 }
 
@@ -177,24 +171,17 @@ TEST_CASE("SHA-256 matches the published test vectors") {
   CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   CHECK(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  CHECK(sha256_hex(std::string(1'000'000, 'a')) ==
-        "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  CHECK(sha256_hex(std::string(1'000'000, 'a')) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
 TEST_CASE("SHA-256 pads correctly around block boundaries") {
   using rc::sha256_hex;
-  CHECK(sha256_hex(std::string(55, 'x')) ==
-        "d5e285683cd4efc02d021a5c62014694958901005d6f71e89e0989fac77e4072");
-  CHECK(sha256_hex(std::string(56, 'x')) ==
-        "04c26261370ee7541549d16dee320c723e3fd14671e66a099afe0a377c16888e");
-  CHECK(sha256_hex(std::string(63, 'x')) ==
-        "75220b47218278e656f2013bb8f0c455a25eaf01e86c64924e9d48d89776d6f2");
-  CHECK(sha256_hex(std::string(64, 'x')) ==
-        "7ce100971f64e7001e8fe5a51973ecdfe1ced42befe7ee8d5fd6219506b5393c");
-  CHECK(sha256_hex(std::string(119, 'x')) ==
-        "000b48d4edf0fa7bee3c6236ecd2785baa5db4eeb8bb54341b029e0d9fa5fb0c");
-  CHECK(sha256_hex(std::string(120, 'x')) ==
-        "13f05a0b594787f5ecd315edc96141bd3243203d1b7d4f0836f37308b276ba98");
+  CHECK(sha256_hex(std::string(55, 'x')) == "d5e285683cd4efc02d021a5c62014694958901005d6f71e89e0989fac77e4072");
+  CHECK(sha256_hex(std::string(56, 'x')) == "04c26261370ee7541549d16dee320c723e3fd14671e66a099afe0a377c16888e");
+  CHECK(sha256_hex(std::string(63, 'x')) == "75220b47218278e656f2013bb8f0c455a25eaf01e86c64924e9d48d89776d6f2");
+  CHECK(sha256_hex(std::string(64, 'x')) == "7ce100971f64e7001e8fe5a51973ecdfe1ced42befe7ee8d5fd6219506b5393c");
+  CHECK(sha256_hex(std::string(119, 'x')) == "000b48d4edf0fa7bee3c6236ecd2785baa5db4eeb8bb54341b029e0d9fa5fb0c");
+  CHECK(sha256_hex(std::string(120, 'x')) == "13f05a0b594787f5ecd315edc96141bd3243203d1b7d4f0836f37308b276ba98");
 }
 
 TEST_CASE("base64 matches the RFC 4648 test vectors") {

@@ -1,7 +1,6 @@
 #include "rc/gates/keyed_lru.hpp"
 
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <list>
 #include <random>
@@ -30,17 +29,13 @@ constexpr auto when_idle = [](const key_state& s) { return s.waiters == 0; };
 std::string key_of(std::size_t i) { return "key-" + std::to_string(i); }
 
 // Long enough to be stored outside the slot.
-std::string long_key_of(std::size_t i) {
-  return "tenant-0000000000/user-" + std::to_string(i) + "/session-xxxxxxxx";
-}
+std::string long_key_of(std::size_t i) { return "tenant-0000000000/user-" + std::to_string(i) + "/session-xxxxxxxx"; }
 
 bool holds(table& t, std::string_view key) { return t.find(key) != nullptr; }
 
 }  // namespace
 
-TEST_CASE("a keyed table rejects a max_keys of zero") {
-  CHECK_THROWS_AS(table(0), std::invalid_argument);
-}
+TEST_CASE("a keyed table rejects a max_keys of zero") { CHECK_THROWS_AS(table(0), std::invalid_argument); }
 
 TEST_CASE("a new keyed table holds nothing and allocates nothing") {
   table t(1'000'000);
@@ -55,8 +50,7 @@ TEST_CASE("touch inserts a key with a value-initialised state and finds the same
   key_state* state = t.touch("alice", always);
   REQUIRE(state != nullptr);
   CHECK(state->waiters == 0);
-  CHECK(state->bucket.is_full(rc::time_point{},
-                              rc::bucket_params::from(1, std::chrono::seconds(1), std::nullopt)));
+  CHECK(state->bucket.is_full(rc::time_point{}, rc::bucket_params::from(1, std::chrono::seconds(1), std::nullopt)));
   state->waiters = 3;
   CHECK(t.touch("alice", always) == state);
   CHECK(t.find("alice") == state);
@@ -240,8 +234,7 @@ TEST_CASE("a keyed table agrees with a simple model through a long random run of
 
 TEST_CASE("a full keyed table costs under 64 bytes per key plus the characters of long keys") {
   // 12'289 is the worst case for the index: just over 3/4 of 16'384, so it doubles to 32'768.
-  for (const std::size_t max_keys :
-       {std::size_t{10'000}, std::size_t{12'289}, std::size_t{1'000'000}}) {
+  for (const std::size_t max_keys : {std::size_t{10'000}, std::size_t{12'289}, std::size_t{1'000'000}}) {
     table t(max_keys);
     std::size_t long_key_chars = 0;
     for (std::size_t i = 0; i < max_keys; ++i) {
@@ -250,8 +243,7 @@ TEST_CASE("a full keyed table costs under 64 bytes per key plus the characters o
       t.touch(key, always);
     }
     REQUIRE(t.size() == max_keys);
-    const double bytes_per_key =
-        static_cast<double>(t.memory_bytes() - long_key_chars) / static_cast<double>(max_keys);
+    const double bytes_per_key = static_cast<double>(t.memory_bytes() - long_key_chars) / static_cast<double>(max_keys);
     INFO("max_keys " << max_keys << ": " << bytes_per_key << " bytes per key");
     CHECK(bytes_per_key <= 64);
   }

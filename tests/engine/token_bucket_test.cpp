@@ -1,7 +1,6 @@
 #include "rc/gates/token_bucket.hpp"
 
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <cstdint>
 #include <random>
@@ -13,8 +12,7 @@ namespace {
 
 rc::time_point at(rc::duration since_epoch) { return rc::time_point{since_epoch}; }
 
-std::vector<rc::duration> reserve_n(rc::token_bucket& bucket, const rc::bucket_params& p,
-                                    rc::time_point now, int n) {
+std::vector<rc::duration> reserve_n(rc::token_bucket& bucket, const rc::bucket_params& p, rc::time_point now, int n) {
   std::vector<rc::duration> waits;
   for (int i = 0; i < n; ++i) waits.push_back(bucket.reserve(now, p));
   return waits;

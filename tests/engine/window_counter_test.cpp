@@ -16,8 +16,8 @@ constexpr rc::time_point t0{};
 
 // Feeds arrivals to a limiter that admits hit numbers <= limit; returns the admitted times.
 template <class Window>
-std::vector<rc::time_point> admitted(const std::vector<rc::time_point>& arrivals,
-                                     std::uint64_t limit, rc::duration window) {
+std::vector<rc::time_point> admitted(const std::vector<rc::time_point>& arrivals, std::uint64_t limit,
+                                     rc::duration window) {
   Window state;
   std::vector<rc::time_point> passed;
   for (const auto at : arrivals) {
@@ -30,8 +30,7 @@ std::vector<rc::time_point> admitted(const std::vector<rc::time_point>& arrivals
 std::size_t most_in_any_window(const std::vector<rc::time_point>& times, rc::duration window) {
   std::size_t most = 0;
   for (const auto end : times) {
-    const auto inside = std::count_if(times.begin(), times.end(),
-                                      [&](auto t) { return t > end - window && t <= end; });
+    const auto inside = std::count_if(times.begin(), times.end(), [&](auto t) { return t > end - window && t <= end; });
     most = std::max(most, static_cast<std::size_t>(inside));
   }
   return most;
@@ -226,8 +225,7 @@ TEST_CASE("a sliding count is never below the true count and exact within its st
     std::vector<arrival> log;
     auto now = t0 + std::chrono::milliseconds{run * 37};
     auto true_count = [&](rc::time_point t) {
-      return std::count_if(log.begin(), log.end(),
-                           [&](const arrival& a) { return !a.given_back && a.until > t; });
+      return std::count_if(log.begin(), log.end(), [&](const arrival& a) { return !a.given_back && a.until > t; });
     };
     auto arrivals_since = [&](rc::time_point from) {
       return std::count_if(log.begin(), log.end(), [&](const arrival& a) { return a.at > from; });

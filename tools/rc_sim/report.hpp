@@ -30,7 +30,7 @@ struct summary {
   duration max_wait{};
   duration p50_wait{};
   duration p99_wait{};
-  time_point last_end{};  // the last response (abandoned requests got none)
+  time_point last_end{};            // the last response (abandoned requests got none)
   std::vector<gate_summary> gates;  // per scenario gate
 };
 

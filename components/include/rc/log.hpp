@@ -1,10 +1,10 @@
 // log(): one line per exchange on stdout: "[route] id body". noop(): discards.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "rc/endpoint.hpp"
 

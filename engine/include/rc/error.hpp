@@ -15,29 +15,29 @@
 namespace rc {
 
 enum class errc : int {
-  no_usable_source = 1001,      // RC1001
-  duplicate_route = 1002,       // RC1002
-  context_stopped = 1004,       // RC1004
-  invalid_dsl = 2001,           // RC2001
-  missing_from = 2002,          // RC2002
-  route_aborted = 3001,         // RC3001
-  step_failed = 5001,           // RC5001
-  validation = 5002,            // RC5002
-  misconfigured = 5003,         // RC5003
-  no_direct_handler = 5004,     // RC5004
-  connection_failed = 5010,     // RC5010
-  timed_out = 5011,             // RC5011
-  rate_limited = 5013,          // RC5013
+  no_usable_source = 1001,         // RC1001
+  duplicate_route = 1002,          // RC1002
+  context_stopped = 1004,          // RC1004
+  invalid_dsl = 2001,              // RC2001
+  missing_from = 2002,             // RC2002
+  route_aborted = 3001,            // RC3001
+  step_failed = 5001,              // RC5001
+  validation = 5002,               // RC5002
+  misconfigured = 5003,            // RC5003
+  no_direct_handler = 5004,        // RC5004
+  connection_failed = 5010,        // RC5010
+  timed_out = 5011,                // RC5011
+  rate_limited = 5013,             // RC5013
   resource_not_accessible = 5014,  // RC5014
   source_parse_failed = 5016,      // RC5016
-  circuit_open = 5025,          // RC5025
-  concurrency_limited = 5026,   // RC5026
-  cache_provider = 5028,        // RC5028
-  cache_key = 5029,             // RC5029
-  dropped_no_reply = 5031,      // RC5031
-  unsupported_outcome = 5032,   // RC5032
-  bad_shutdown_timeout = 5058,  // RC5058
-  unknown = 9901,               // RC9901
+  circuit_open = 5025,             // RC5025
+  concurrency_limited = 5026,      // RC5026
+  cache_provider = 5028,           // RC5028
+  cache_key = 5029,                // RC5029
+  dropped_no_reply = 5031,         // RC5031
+  unsupported_outcome = 5032,      // RC5032
+  bad_shutdown_timeout = 5058,     // RC5058
+  unknown = 9901,                  // RC9901
 };
 
 /// "RC5013" for errc::rate_limited.

@@ -83,7 +83,7 @@ namespace rc {
   X(slow_down_delayed, "route:slowDown:delayed")              \
   X(slow_down_rejected, "route:slowDown:rejected")            \
   X(rate_limit_passed, "route:rateLimit:passed")              \
-  X(rate_limit_rejected, "route:rateLimit:rejected")         \
+  X(rate_limit_rejected, "route:rateLimit:rejected")          \
   X(parse_failed, "route:parse:failed")
 
 enum class event_id : std::uint16_t {

@@ -3,11 +3,11 @@
 // `<op>({ <option> }) must be <rule>, got <value>.`
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
-
-#include <fmt/format.h>
 
 #include "rc/error.hpp"
 #include "rc/time.hpp"
@@ -18,20 +18,28 @@ enum class per { second, minute, hour, day };
 
 constexpr duration to_duration(per p) noexcept {
   switch (p) {
-    case per::second: return std::chrono::seconds(1);
-    case per::minute: return std::chrono::minutes(1);
-    case per::hour: return std::chrono::hours(1);
-    case per::day: return std::chrono::hours(24);
+    case per::second:
+      return std::chrono::seconds(1);
+    case per::minute:
+      return std::chrono::minutes(1);
+    case per::hour:
+      return std::chrono::hours(1);
+    case per::day:
+      return std::chrono::hours(24);
   }
   return std::chrono::seconds(1);
 }
 
 constexpr std::string_view to_string(per p) noexcept {
   switch (p) {
-    case per::second: return "second";
-    case per::minute: return "minute";
-    case per::hour: return "hour";
-    case per::day: return "day";
+    case per::second:
+      return "second";
+    case per::minute:
+      return "minute";
+    case per::hour:
+      return "hour";
+    case per::day:
+      return "day";
   }
   return "?";
 }
@@ -42,8 +50,10 @@ enum class counting : std::uint8_t { sliding, fixed };
 
 constexpr std::string_view to_string(counting c) noexcept {
   switch (c) {
-    case counting::sliding: return "sliding";
-    case counting::fixed: return "fixed";
+    case counting::sliding:
+      return "sliding";
+    case counting::fixed:
+      return "fixed";
   }
   return "?";
 }

@@ -41,9 +41,7 @@ class stored_key {
   stored_key& operator=(const stored_key&) = delete;
   ~stored_key() { release(); }
 
-  std::string_view view() const noexcept {
-    return {is_inline() ? chars_.inline_chars : chars_.heap_chars, size_};
-  }
+  std::string_view view() const noexcept { return {is_inline() ? chars_.inline_chars : chars_.heap_chars, size_}; }
   std::uint32_t hash() const noexcept { return hash_; }
   std::size_t heap_bytes() const noexcept { return is_inline() ? 0 : size_; }
 
@@ -90,8 +88,7 @@ class keyed_lru {
   explicit keyed_lru(std::size_t max_keys)
       : max_keys_(checked(max_keys)),
         // An index entry holds slot + 1 in its low bits (0 means empty) and a hash tag above them.
-        slot_mask_(
-            static_cast<std::uint32_t>((std::uint64_t{1} << std::bit_width(max_keys_)) - 1)) {}
+        slot_mask_(static_cast<std::uint32_t>((std::uint64_t{1} << std::bit_width(max_keys_)) - 1)) {}
 
   /// A moved-from table is empty, keeps its max_keys and can be used again.
   keyed_lru(keyed_lru&& other) noexcept : max_keys_(other.max_keys_), slot_mask_(other.slot_mask_) {
@@ -224,8 +221,7 @@ class keyed_lru {
   // Backward-shift deletion: pull later entries of the probe run into the hole when their home
   // allows it, so lookups never need tombstones.
   void erase_index_at(std::uint32_t hole) noexcept {
-    for (std::uint32_t pos = (hole + 1) & index_mask_; index_[pos] != 0;
-         pos = (pos + 1) & index_mask_) {
+    for (std::uint32_t pos = (hole + 1) & index_mask_; index_[pos] != 0; pos = (pos + 1) & index_mask_) {
       const std::uint32_t home = at(slot_of(index_[pos])).key.hash() & index_mask_;
       if (((pos - home) & index_mask_) >= ((pos - hole) & index_mask_)) {
         index_[hole] = index_[pos];

@@ -121,9 +121,7 @@ class token_bucket {
   }
 
  private:
-  static double ns(time_point t) noexcept {
-    return static_cast<double>(t.time_since_epoch().count());
-  }
+  static double ns(time_point t) noexcept { return static_cast<double>(t.time_since_epoch().count()); }
 
   double head_ticket(std::uint32_t queued, const bucket_params& p) const noexcept {
     return empty_at_ - static_cast<double>(queued - 1) * p.interval_ns;
@@ -142,12 +140,10 @@ class token_bucket {
   // noise goes first: a wait within 2^-48 of the largest operand (16 to 32 ulps) of a whole number
   // is taken to be that number. So rate 3/s paces the sixth simultaneous arrival at exactly 1 s,
   // and a bucket that holds exactly one token admits.
-  static duration wait_until(double until, time_point now, const bucket_params& p,
-                             duration cap) noexcept {
+  static duration wait_until(double until, time_point now, const bucket_params& p, duration cap) noexcept {
     const double now_ns = ns(now);
     const double wait_ns = until - now_ns;
-    const double largest =
-        std::max({std::abs(now_ns), std::abs(until), p.capacity * p.interval_ns});
+    const double largest = std::max({std::abs(now_ns), std::abs(until), p.capacity * p.interval_ns});
     const double noise = largest * 0x1p-48;
     if (wait_ns <= noise) return duration::zero();
     const double nearest = std::round(wait_ns);

@@ -145,8 +145,7 @@ class sliding_window {
     std::int64_t index = newest_bucket_ - std::int64_t{bucket_count} + 1;
     for (;;) {
       while (index <= newest_bucket_ && (slot(index) == 0 || bucket_end(index) <= now)) ++index;
-      const bool take_bucket =
-          index <= newest_bucket_ && (exact == size_ || bucket_end(index) <= expiries_[exact]);
+      const bool take_bucket = index <= newest_bucket_ && (exact == size_ || bucket_end(index) <= expiries_[exact]);
       if (take_bucket) {
         if (slot(index) >= must_leave) return bucket_end(index);
         must_leave -= slot(index);
@@ -177,9 +176,7 @@ class sliding_window {
     return floor_div(expiry.time_since_epoch().count(), bucket_width_.count());
   }
   // Every hit in bucket `index` is treated as counting until the bucket's end.
-  time_point bucket_end(std::int64_t index) const noexcept {
-    return time_point{bucket_width_ * (index + 1)};
-  }
+  time_point bucket_end(std::int64_t index) const noexcept { return time_point{bucket_width_ * (index + 1)}; }
   std::uint64_t& slot(std::int64_t index) noexcept {
     return bucket_hits_[static_cast<std::uint64_t>(index) % bucket_count];
   }

@@ -1,8 +1,8 @@
 // delay: waits a fixed time before the next step (step scope only). On shutdown the remaining
 // wait is skipped (`cancelled: true`) and the step still runs. When the exchange's abort signal
 // fires (the client went away, or an enclosing timeout's deadline passed) the wait ends too
-// (`cancelled: true`) and the exchange is dropped ("client-gone") without running the step. A zero delay still yields to the
-// executor once, like a zero timer: every exchange queued behind it gets to run first.
+// (`cancelled: true`) and the exchange is dropped ("client-gone") without running the step. A zero delay still yields
+// to the executor once, like a zero timer: every exchange queued behind it gets to run first.
 #pragma once
 
 #include <memory>

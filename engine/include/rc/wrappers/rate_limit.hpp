@@ -54,13 +54,13 @@ struct rate_limit_options {
   rate_limit_headers headers = rate_limit_headers::none;
   std::string message = std::string(default_message);  // the refusal's response body
   int status = default_status;                         // the refusal's response status
-  key_selector key;  // one window per key; none = one shared window
+  key_selector key;                                    // one window per key; none = one shared window
   std::size_t max_keys = default_max_keys;
   std::string label;
   rc::counting counting = rc::counting::sliding;
-  bool skip_failed = false;                            // a failed downstream outcome gives the hit back
-  bool skip_successful = false;                        // a successful downstream outcome gives the hit back
-  std::string policy;  // draft-8 quota name; empty = "<limit>-in-<window>" ("7-in-30sec")
+  bool skip_failed = false;      // a failed downstream outcome gives the hit back
+  bool skip_successful = false;  // a successful downstream outcome gives the hit back
+  std::string policy;            // draft-8 quota name; empty = "<limit>-in-<window>" ("7-in-30sec")
 
   void validate() const;
 };

@@ -38,12 +38,12 @@ struct throttle_options {
   double rate = 0;  // required: tokens per `per`
   rc::per per = rc::per::second;
   throttle_mode mode = throttle_mode::delay;
-  std::optional<double> burst;  // bucket capacity; default = rate, floor 1
+  std::optional<double> burst;                      // bucket capacity; default = rate, floor 1
   std::function<std::string(const exchange&)> key;  // one bucket per key; none = one shared bucket
   std::size_t max_keys = default_max_keys;
   std::string label;
-  std::optional<duration> max_wait;     // delay mode: refuse instead of waiting longer
-  std::optional<std::size_t> max_queue; // delay mode: refuse when this many already wait
+  std::optional<duration> max_wait;      // delay mode: refuse instead of waiting longer
+  std::optional<std::size_t> max_queue;  // delay mode: refuse when this many already wait
 
   /// RC5003 on the first invalid option, in the reference's order.
   void validate() const;
