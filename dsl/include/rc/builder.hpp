@@ -30,6 +30,7 @@
 
 #include "rc/endpoint.hpp"
 #include "rc/error.hpp"
+#include "rc/operations.hpp"
 #include "rc/route.hpp"
 #include "rc/split.hpp"
 #include "rc/steps.hpp"
@@ -337,11 +338,11 @@ class route_builder {
   auto transform(F f) && {
     require_from<F>();
     if constexpr (std::is_invocable_v<F&, Body&&, exchange&>) {
-      using Out = std::decay_t<std::invoke_result_t<F&, Body&&, exchange&>>;
-      return std::move(*this).template append_transform<Out>(std::move(f));
+      using R = std::invoke_result_t<F&, Body&&, exchange&>;
+      return std::move(*this).template append_transform<R>(std::move(f));
     } else if constexpr (std::is_invocable_v<F&, Body&&>) {
-      using Out = std::decay_t<std::invoke_result_t<F&, Body&&>>;
-      return std::move(*this).template append_transform<Out>(std::move(f));
+      using R = std::invoke_result_t<F&, Body&&>;
+      return std::move(*this).template append_transform<R>(std::move(f));
     } else {
       static_assert(detail::always_false<F>,
                     "transform(): the function cannot be called with the body type of the previous step");
@@ -354,18 +355,91 @@ class route_builder {
   route_builder&& process(F f) && {
     require_from<F>();
     static_assert(std::is_invocable_v<F&, exchange&>, "process(): the function must take rc::exchange&");
-    append(std::make_unique<process_step<F>>(std::move(f)));
+    if constexpr (detail::is_task_v<std::invoke_result_t<F&, exchange&>>) {
+      static_assert(std::is_void_v<detail::task_value_t<std::invoke_result_t<F&, exchange&>>>,
+                    "process(): a coroutine process returns rc::task<void> (it works on the exchange in place)");
+      append(std::make_unique<async_process_step<F>>(std::move(f)));
+    } else {
+      append(std::make_unique<process_step<F>>(std::move(f)));
+    }
     return std::move(*this);
   }
 
-  /// Keeps the exchange when the predicate is true; drops it ("filtered") otherwise.
+  /// Keeps or drops the exchange. The predicate takes (const Body&) or (const Body&, const
+  /// rc::exchange&) and returns bool (false drops as "filtered"), rc::keep() / rc::drop("reason"),
+  /// std::optional<std::string> (a reason drops), or an rc::task of one of these. A throw is RC5001.
   template <class P>
   route_builder&& filter(P pred) && {
     require_from<P>();
-    static_assert(std::is_invocable_r_v<bool, P&, const Body&>,
-                  "filter(): the predicate must take the body (const Body&) and return bool");
-    append(std::make_unique<filter_step<Body, P>>(std::move(pred)));
+    if constexpr (std::is_invocable_v<P&, const Body&, const exchange&> || std::is_invocable_v<P&, const Body&>) {
+      using R = detail::task_value_t<detail::filter_call_t<Body, P>>;
+      static_assert(detail::filter_result_v<R>,
+                    "filter(): the predicate must return bool, rc::keep()/rc::drop(reason), "
+                    "std::optional<std::string> or an rc::task of one of them");
+      append(std::make_unique<filter_step<Body, P>>(std::move(pred)));
+    } else {
+      static_assert(detail::always_false<P>,
+                    "filter(): the predicate must take the body (const Body&), optionally followed by "
+                    "const rc::exchange&");
+    }
     return std::move(*this);
+  }
+
+  /// Checks the body and may coerce it: f takes (const Body&) or (const Body&, const rc::exchange&)
+  /// and returns the body to go on with (any type; it becomes the body type), or void to only
+  /// check, or an rc::task of either. A throw is RC5002 with the thrown message (an rc::error
+  /// passes unchanged); the body is left as it was.
+  template <class F>
+  auto validate(F f) && {
+    require_from<F>();
+    if constexpr (std::is_invocable_v<F&, const Body&, const exchange&> || std::is_invocable_v<F&, const Body&>) {
+      using R = detail::task_value_t<detail::validator_call_t<Body, F>>;
+      using Out = std::conditional_t<std::is_void_v<R>, Body, std::decay_t<R>>;
+      append<Out>(std::make_unique<validate_step<Body, Out, F>>(std::move(f)));
+      return std::move(*this).template rebind<Out, Level>();
+    } else {
+      static_assert(detail::always_false<F>,
+                    "validate(): the validator must take the body as const Body& (or by value), optionally "
+                    "followed by const rc::exchange&; it must not move from the body");
+      return std::move(*this);
+    }
+  }
+
+  /// Fetches something with the body and lets it replace the body (new body type: the result's).
+  /// `target` is an endpoint with call() (rc::direct, rc::http: name the reply type,
+  /// enrich<Reply>(endpoint)) or a callable taking (const Body&) or (const Body&, rc::exchange&)
+  /// that returns the result or an rc::task of it.
+  template <class Reply = void, class T>
+  auto enrich(T target) && {
+    return std::move(*this).template enrich<Reply>(std::move(target), detail::replace_body{});
+  }
+
+  /// enrich(target), combined by `agg`: (Body&& original, Result&& result[, rc::exchange&]) returning
+  /// the new body, or (Body& original, Result&& result[, rc::exchange&]) returning void to edit the
+  /// body in place. Ready-made: rc::only(get[, into]) and rc::none().
+  template <class Reply = void, class T, class A>
+  auto enrich(T target, A agg) && {
+    require_from<T>();
+    if constexpr (detail::request_endpoint<T>) {
+      static_assert(!std::is_void_v<Reply>,
+                    "enrich(endpoint): name the type of the endpoint's reply body, enrich<Reply>(endpoint)");
+      if constexpr (requires { typename T::body_type; })
+        static_assert(std::is_same_v<typename T::body_type, Body>,
+                      "enrich(endpoint): the endpoint takes another body type than the current body");
+      return std::move(*this).template append_enrich<Reply>(std::move(target), std::move(agg));
+    } else if constexpr (std::is_invocable_v<T&, const Body&, exchange&> || std::is_invocable_v<T&, const Body&>) {
+      using R = std::decay_t<
+          detail::task_value_t<decltype(detail::call_fetcher<Body>(std::declval<T&>(), std::declval<exchange&>()))>>;
+      static_assert(!std::is_void_v<R>, "enrich(f): the fetcher must return the result (or an rc::task of it)");
+      static_assert(std::is_void_v<Reply> || std::is_same_v<Reply, R>,
+                    "enrich<Reply>(f): Reply differs from what the fetcher returns");
+      return std::move(*this).template append_enrich<R>(std::move(target), std::move(agg));
+    } else {
+      static_assert(detail::always_false<T>,
+                    "enrich(): the target must be an endpoint with call() (rc::direct, rc::http) or a callable "
+                    "taking the body (const Body&), optionally followed by rc::exchange&");
+      return std::move(*this);
+    }
   }
 
   /// Sets one header to a value, or to what `fn(const exchange&)` returns.
@@ -626,11 +700,31 @@ class route_builder {
     def_.steps.push_back(std::move(s));
   }
 
-  template <class Out, class F>
+  /// R: what the function returns, the new body or an rc::task of it.
+  template <class R, class F, class Out = std::decay_t<detail::task_value_t<R>>>
   route_builder<Out, Level> append_transform(F f) && {
     static_assert(!std::is_void_v<Out>, "transform(): the function must return the new body");
-    append<Out>(std::make_unique<transform_step<Body, Out, F>>(std::move(f)));
+    if constexpr (detail::is_task_v<R>)
+      append<Out>(std::make_unique<async_transform_step<Body, Out, F>>(std::move(f)));
+    else
+      append<Out>(std::make_unique<transform_step<Body, Out, F>>(std::move(f)));
     return std::move(*this).template rebind<Out, Level>();
+  }
+
+  template <class R, class T, class A>
+  auto append_enrich(T target, A agg) && {
+    constexpr auto form = detail::agg_form_of<Body, R, A>();
+    static_assert(form != detail::agg_form::invalid,
+                  "enrich(target, agg): agg must take (Body&& original, Result&& result) and return the new body, "
+                  "or (Body& original, Result&& result) and return void (optionally followed by rc::exchange&)");
+    if constexpr (form == detail::agg_form::invalid) {
+      return std::move(*this);
+    } else {
+      using Out = typename detail::enriched_body<Body, R, A>::type;
+      static_assert(!std::is_void_v<Out>, "enrich(target, agg): agg must return the new body, or edit it in place");
+      append<Out>(std::make_unique<enrich_step<Body, R, T, A>>(std::move(target), std::move(agg)));
+      return std::move(*this).template rebind<Out, Level>();
+    }
   }
 
   template <class Out, class Fold>

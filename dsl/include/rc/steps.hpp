@@ -66,26 +66,7 @@ class process_step final : public step {
   F f_;
 };
 
-template <class Body, class P>
-class filter_step final : public step {
- public:
-  explicit filter_step(P p) : p_(std::move(p)) {}
-  std::string_view operation() const override { return "filter"; }
-  bool synchronous() const noexcept override { return true; }
-  outcome run_now(exchange& ex, route_runtime&) override {
-    bool keep;
-    try {
-      keep = p_(static_cast<const Body&>(ex.body<Body>()));
-    } catch (...) {
-      throw error(errc::step_failed, "Filter predicate threw: " + message_of(std::current_exception()), true,
-                  std::current_exception());
-    }
-    return keep ? outcome::proceed() : outcome::dropped("filtered");
-  }
-
- private:
-  P p_;
-};
+// filter_step (bool, rc::keep()/rc::drop(reason), coroutine predicates): rc/operations.hpp.
 
 template <class F>
 class header_step final : public step {
