@@ -113,9 +113,9 @@ namespace detail {
 /// A filter result: bool (false drops as "filtered"), rc::verdict, or std::optional<std::string>
 /// (a reason drops, nullopt keeps).
 template <class R>
-inline constexpr bool filter_result_v = std::is_same_v<std::decay_t<R>, verdict> ||
-                                        std::is_same_v<std::decay_t<R>, std::optional<std::string>> ||
-                                        std::is_convertible_v<R, bool>;
+inline constexpr bool filter_result_v =
+    std::is_same_v<std::decay_t<R>, verdict> || std::is_same_v<std::decay_t<R>, std::optional<std::string>> ||
+    std::is_convertible_v<R, bool>;
 
 template <class R>
 outcome filter_outcome(R&& r) {
@@ -424,7 +424,8 @@ class enrich_step final : public step {
     if constexpr (endpoint)
       return true;
     else
-      return detail::is_task_v<decltype(detail::call_fetcher<Body>(std::declval<Target&>(), std::declval<exchange&>()))>;
+      return detail::is_task_v<decltype(detail::call_fetcher<Body>(std::declval<Target&>(),
+                                                                   std::declval<exchange&>()))>;
   }();
   static constexpr detail::agg_form form = detail::agg_form_of<Body, Result, Agg>();
 
