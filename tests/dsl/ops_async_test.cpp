@@ -53,12 +53,12 @@ TEST_CASE("async transform: a transform returning rc::task awaits the clock and 
               .from(rc::simple(std::vector<int>{1, 2}))
               .transform([](int v, rc::exchange& ex) -> rc::task<std::string> {
                 co_await rc::sleep_for(ex, 25ms);
-                co_return "v" + std::to_string(v);
+                co_return std::to_string(v * 10);
               })
               .to(out));
   ctx.start();
   ctx.drain();
-  CHECK(out.bodies() == std::vector<std::string>{"v1", "v2"});
+  CHECK(out.bodies() == std::vector<std::string>{"10", "20"});
   // rc::simple starts both at 0 without waiting for either: each completes 25 ms after it started.
   CHECK(in_ms(out.times()) == std::vector<double>{25, 25});
 }
