@@ -29,6 +29,8 @@
 //   events         plain_seq with one subscriber on route:throttle:passed (never emitted here)
 //   split_aggregate N exchanges sequence -> split into 10 children -> transform (per child) ->
 //                  aggregate -> transform (sum) -> noop; ns per parent and per child
+//   choice         plain_seq with a choice of 3 branches (v%3 == 0, v%3 == 1, otherwise), each a
+//                  transform, before the noop: selection and branch run per exchange
 #include <sys/resource.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -239,6 +241,31 @@ result split_aggregate(const run_config& c) {
   r.figures["children"] = children;
   r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(c.n);
   r.figures["ns_per_child"] = r.seconds * 1e9 / static_cast<double>(c.n * fan_out);
+  return r;
+}
+
+// ---- choice: plain_seq with a 3-branch choice before the noop -----------------------------------
+
+result choice(const run_config& c) {
+  rc::context ctx;
+  std::size_t completed = 0;  // worker thread only; read after drain()
+  ctx.add(rc::craft()
+              .id("choice")
+              .from(seq_source(iota_values(c.n)))
+              .choice(rc::when([](const int& v) { return v % 3 == 0; },
+                               rc::branch<int>().transform([](int v) { return v + 1; })),
+                      rc::when([](const int& v) { return v % 3 == 1; },
+                               rc::branch<int>().transform([](int v) { return v + 2; })),
+                      rc::otherwise(rc::branch<int>().transform([](int v) { return v + 3; })))
+              .transform([&completed](int v) {
+                ++completed;
+                return v;
+              })
+              .to(rc::noop()));
+  result r;
+  r.seconds = run_to_idle(ctx);
+  r.figures["completed"] = completed;
+  r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(c.n);
   return r;
 }
 
@@ -494,6 +521,7 @@ constexpr scenario scenarios[] = {
     {"inflight", 100'000, inflight},
     {"keys", 1'000'000, keys},
     {"split_aggregate", 500'000, split_aggregate},
+    {"choice", 5'000'000, choice},
     {"events", 5'000'000, events},
 };
 

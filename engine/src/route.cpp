@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "rc/choice.hpp"
 #include "rc/context.hpp"
 #include "rc/error.hpp"
 #include "rc/split.hpp"
@@ -48,6 +49,14 @@ class gate_namer {
           for (auto& u : seg->steps()) name(u.get());
         else if (auto* split = dynamic_cast<split_step*>(s))
           for (auto& u : split->sub_steps()) name(u.get());
+        else if (auto* choice = dynamic_cast<choice_step*>(s)) {
+          name(choice->selection().get());
+          for (auto& b : choice->branches())
+            for (auto& u : b.steps) name(u.get());
+        } else if (auto* multicast = dynamic_cast<multicast_step*>(s)) {
+          for (auto& b : multicast->branches())
+            for (auto& u : b) name(u.get());
+        }
         return;
       }
     }

@@ -116,6 +116,16 @@ void test_context::apply(std::unique_ptr<step>& s) const {
     for (auto& u : split->sub_steps()) apply(u);
     return;
   }
+  if (auto* choice = dynamic_cast<choice_step*>(s.get())) {
+    for (auto& b : choice->branches())
+      for (auto& u : b.steps) apply(u);
+    return;
+  }
+  if (auto* multicast = dynamic_cast<multicast_step*>(s.get())) {
+    for (auto& b : multicast->branches())
+      for (auto& u : b) apply(u);
+    return;
+  }
   const auto* es = dynamic_cast<const endpoint_step*>(s.get());
   if (!es) return;
   for (const auto& r : rules_)

@@ -1,6 +1,7 @@
 // The test kit (<rc/testing.hpp>) itself: the run-until helpers and their safety limit, error
 // capture, the spy's three roles, the mock's replies, errors, latency and records, and endpoint
 // overrides.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <rc/rc.hpp>
 #include <rc/testing.hpp>
@@ -373,6 +374,25 @@ TEST_CASE("override reaches the endpoints between split() and aggregate()") {
   tc.test();
   CHECK(logged.bodies() == std::vector<int>{1, 2, 3});
   CHECK(out.bodies() == std::vector<std::vector<int>>{{1, 2, 3}});
+}
+
+TEST_CASE("override reaches the endpoints inside choice() and multicast() branches") {
+  rc::testing::test_context tc;
+  rc::spy<int> logged;
+  rc::spy<int> out;
+  tc.override("log", logged);
+  tc.add(rc::craft()
+             .id("r")
+             .from(rc::simple(std::vector<int>{1, 2}))
+             .choice(rc::when([](const int& x) { return x == 1; }, rc::log("never printed")),
+                     rc::otherwise(rc::branch<int>().transform([](int x) { return x * 10; })))
+             .multicast(rc::branch<int>().transform([](int x) { return x + 1; }).to(rc::log("never printed")))
+             .to(out));
+  tc.test();
+  CHECK(out.bodies() == std::vector<int>{1, 20});
+  auto seen = logged.bodies();
+  std::sort(seen.begin(), seen.end());
+  CHECK(seen == std::vector<int>{1, 2, 21});  // the choice branch's 1, the multicast clones' 2 and 21
 }
 
 TEST_CASE("override applies to routes added after it, others keep their endpoints") {

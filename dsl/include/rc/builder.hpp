@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "rc/choice.hpp"
 #include "rc/endpoint.hpp"
 #include "rc/error.hpp"
 #include "rc/operations.hpp"
@@ -59,8 +60,21 @@ struct split_level {
   using outer_body = OuterBody;
   using outer_level = OuterLevel;
 };
+/// ... or inside a choice() or multicast() branch that started on a body of type Start.
+template <class Start>
+struct branch_level {
+  using start = Start;
+};
 template <class Level>
-inline constexpr bool in_split = !std::is_same_v<Level, top_level>;
+inline constexpr bool in_split = false;
+template <class OuterBody, class OuterLevel>
+inline constexpr bool in_split<split_level<OuterBody, OuterLevel>> = true;
+template <class Level>
+inline constexpr bool in_branch = false;
+template <class Start>
+inline constexpr bool in_branch<branch_level<Start>> = true;
+template <class OuterBody, class OuterLevel>
+inline constexpr bool in_branch<split_level<OuterBody, OuterLevel>> = in_branch<OuterLevel>;
 /// The parent's body type at the end of the route: the body at the outermost split() still open.
 template <class Body, class Level>
 struct final_body {
@@ -102,6 +116,8 @@ template <class Body, class Level = detail::top_level>
 class route_builder;
 
 route_builder<no_body> craft();
+template <class Body>
+route_builder<Body, detail::branch_level<Body>> branch();
 
 namespace detail {
 template <class T>
@@ -121,6 +137,69 @@ concept gate_options = requires(Options o, std::unique_ptr<rc::step> inner) {
   { make_gate(std::move(o), std::move(inner), scope::step) } -> std::same_as<std::unique_ptr<rc::step>>;
 };
 }  // namespace detail
+
+// ---- choice() clauses (rc/choice.hpp, docs/operations.md) -------------------------------------
+namespace detail {
+/// The body type after halt(): the branch drops the exchange ("halted") and never goes on, so its
+/// end type does not count among the branches' (choice()).
+struct halted {};
+
+template <class P, class B>
+struct when_clause {
+  using branch_type = B;
+  P pred;
+  B branch;
+  std::string label;
+};
+template <class B>
+struct otherwise_clause {
+  using branch_type = B;
+  B branch;
+  std::string label;
+};
+template <class T>
+inline constexpr bool is_when = false;
+template <class P, class B>
+inline constexpr bool is_when<when_clause<P, B>> = true;
+template <class T>
+inline constexpr bool is_otherwise = false;
+template <class B>
+inline constexpr bool is_otherwise<otherwise_clause<B>> = true;
+
+template <class T>
+struct builder_traits {
+  static constexpr bool is_builder = false;
+};
+template <class B, class L>
+struct builder_traits<route_builder<B, L>> {
+  static constexpr bool is_builder = true;
+  using body = B;
+  using level = L;
+};
+
+/// The first of Ends that is not `halted`, or Default when every one is.
+template <class Default, class... Ends>
+struct first_live {
+  using type = Default;
+};
+template <class Default, class E, class... Ends>
+struct first_live<Default, E, Ends...> {
+  using type = std::conditional_t<std::is_same_v<E, halted>, typename first_live<Default, Ends...>::type, E>;
+};
+}  // namespace detail
+
+/// A choice() branch taken when `pred(body)` (or `pred(body, exchange)`) returns true. `branch` is
+/// rc::branch<Body>() with steps, a function taking that builder and returning it with steps, or
+/// a destination. `label` names the branch in events (default "when#<n>", counting from 1).
+template <class P, class B>
+detail::when_clause<P, B> when(P pred, B branch, std::string label = {}) {
+  return {std::move(pred), std::move(branch), std::move(label)};
+}
+/// The choice() branch taken when no when() is; at most one, last.
+template <class B>
+detail::otherwise_clause<B> otherwise(B branch, std::string label = "otherwise") {
+  return {std::move(branch), std::move(label)};
+}
 
 template <class Body, class Level>
 class route_builder {
@@ -593,6 +672,78 @@ class route_builder {
     }
   }
 
+  // ---- choice / multicast (rc/choice.hpp, docs/operations.md) -------------------------------
+  /// Runs the first branch whose when() predicate holds, else the otherwise() branch, else drops
+  /// the exchange ("unmatched"). The route goes on after the choice with the branches' end body
+  /// type: every branch that does not halt() must end in the same one. A step-scope wrapper
+  /// written before choice() wraps the selection (the predicates) only, not the branch run.
+  template <class... Clauses>
+  auto choice(Clauses... clauses) && {
+    require_from<route_builder>();
+    static_assert(sizeof...(Clauses) > 0, "choice(): give at least one rc::when(...) or rc::otherwise(...)");
+    static_assert(((detail::is_when<Clauses> || detail::is_otherwise<Clauses>)&&...),
+                  "choice(): every argument must be rc::when(predicate, branch) or rc::otherwise(branch)");
+    constexpr std::size_t otherwise_count = (std::size_t{detail::is_otherwise<Clauses>} + ... + 0);
+    static_assert(otherwise_count <= 1, "choice(): at most one otherwise() (it takes every exchange no when() takes)");
+    using Last = typename decltype((std::type_identity<Clauses>{}, ...))::type;
+    static_assert(otherwise_count == 0 || detail::is_otherwise<Last>, "choice(): otherwise() must come last");
+    using Out = typename detail::first_live<Body, typename detail::builder_traits<decltype(make_branch(
+                                                      std::declval<typename Clauses::branch_type>()))>::body...>::type;
+    static_assert(((std::is_same_v<typename detail::builder_traits<decltype(make_branch(
+                                       std::declval<typename Clauses::branch_type>()))>::body,
+                                   detail::halted> ||
+                    std::is_same_v<typename detail::builder_traits<decltype(make_branch(
+                                       std::declval<typename Clauses::branch_type>()))>::body,
+                                   Out>)&&...),
+                  "choice(): every branch must end in the same body type (the route goes on after choice() with "
+                  "it); end the branches that differ with a transform() to that type");
+    std::vector<choice_branch> branches;
+    branches.reserve(sizeof...(Clauses));
+    std::size_t whens = 0;
+    (branches.push_back(to_choice_branch(std::move(clauses), whens)), ...);
+    // The wrappers written before choice() wrap the selection only (folded as append() would).
+    std::function<std::unique_ptr<rc::step>(std::unique_ptr<rc::step>)> wrap;
+    if (!pending_.empty()) {
+      wrap = [pending = std::move(pending_)](std::unique_ptr<rc::step> s) {
+        for (auto it = pending.rbegin(); it != pending.rend(); ++it) {
+          if (it->learn) it->learn(typeid(Body));
+          s = it->wrap(std::move(s));
+        }
+        return s;
+      };
+      pending_.clear();
+    }
+    def_.steps.push_back(std::make_unique<choice_step>(std::move(branches), wrap));
+    return std::move(*this).template rebind<Out, Level>();
+  }
+
+  /// Inside a choice() branch: drops the exchange with reason "halted"; nothing after it runs.
+  route_builder<detail::halted, Level> halt() && {
+    require_from<route_builder>();
+    static_assert(detail::in_branch<Level>,
+                  "halt(): only inside a choice() branch (rc::branch<Body>().halt()); to drop in the route use "
+                  "filter()");
+    append(std::make_unique<halt_step>());
+    return std::move(*this).template rebind<detail::halted, Level>();
+  }
+
+  /// Runs every branch on its own clone of the exchange (deep-copied body, fresh id, the same
+  /// correlation id, headers copied), concurrently and detached; the route goes on at once with
+  /// the exchange unchanged. A branch that fails or drops affects its clone only. drain() and
+  /// stop() wait for the clones. Branches are given as for choice() and may end in any type.
+  template <class... Branches>
+  route_builder&& multicast(Branches... branches) && {
+    require_from<route_builder>();
+    static_assert(sizeof...(Branches) > 0, "multicast(): give at least one branch");
+    static_assert(std::is_copy_constructible_v<Body>,
+                  "multicast(): the body type must be copyable (each branch gets its own copy)");
+    std::vector<std::vector<std::unique_ptr<rc::step>>> subs;
+    subs.reserve(sizeof...(Branches));
+    (subs.push_back(branch_steps(make_branch(std::move(branches)), "multicast")), ...);
+    append(std::make_unique<multicast_step>(std::move(subs)));
+    return std::move(*this);
+  }
+
   // ---- build ------------------------------------------------------------------------------
   route_definition build() && {
     if constexpr (!has_from) {
@@ -620,6 +771,8 @@ class route_builder {
   template <class, class>
   friend class route_builder;
   friend route_builder<no_body> craft();
+  template <class B>
+  friend route_builder<B, detail::branch_level<B>> branch();
 
   struct pending_wrapper {
     const char* name;
@@ -742,6 +895,73 @@ class route_builder {
     return std::move(*this).template rebind<Out, typename Level::outer_level>();
   }
 
+  /// A choice() or multicast() branch as a branch builder started on Body: given as one, as a
+  /// function extending one, or as a destination.
+  template <class B>
+  static auto make_branch(B b) {
+    using start_builder = route_builder<Body, detail::branch_level<Body>>;
+    if constexpr (detail::builder_traits<B>::is_builder) {
+      using L = typename detail::builder_traits<B>::level;
+      static_assert(!detail::in_split<L>,
+                    "choice()/multicast(): a split() inside a branch must be closed by aggregate() in that branch");
+      static_assert(detail::in_split<L> || std::is_same_v<L, detail::branch_level<Body>>,
+                    "choice()/multicast(): a branch must start from the current body type: rc::branch<Body>() with "
+                    "Body the body type at choice()/multicast()");
+      return b;
+    } else if constexpr (detail::destination_object<B>) {
+      return rc::branch<Body>().to(std::move(b));
+    } else if constexpr (std::is_invocable_v<B&, start_builder&&>) {
+      using R = std::invoke_result_t<B&, start_builder&&>;
+      static_assert(detail::builder_traits<std::decay_t<R>>::is_builder,
+                    "choice()/multicast(): a branch function must return the builder it was given, with its steps");
+      return make_branch(std::decay_t<R>(b(rc::branch<Body>())));
+    } else {
+      static_assert(detail::always_false<B>,
+                    "choice()/multicast(): a branch is rc::branch<Body>() with steps, a function taking that "
+                    "builder and returning it, or a destination");
+      return rc::branch<Body>();
+    }
+  }
+
+  /// The steps of a finished branch builder. A wrapper with no step after it wraps nothing: RC2001.
+  template <class BB>
+  static std::vector<std::unique_ptr<rc::step>> branch_steps(BB&& bb, const char* op) {
+    if (!bb.pending_.empty())
+      throw rc::error(errc::invalid_dsl,
+                      fmt::format("{}() has no step after it in a {}() branch: a step-scope wrapper wraps the next "
+                                  "step, so add the step it should wrap",
+                                  bb.pending_.front().name, op));
+    return std::move(bb.def_.steps);
+  }
+
+  template <class C>
+  static choice_branch to_choice_branch(C c, std::size_t& whens) {
+    choice_branch out;
+    if constexpr (detail::is_when<C>) {
+      ++whens;
+      out.when = make_predicate(std::move(c.pred));
+      out.label = c.label.empty() ? fmt::format("when#{}", whens) : std::move(c.label);
+    } else {
+      out.label = std::move(c.label);
+    }
+    out.steps = branch_steps(make_branch(std::move(c.branch)), "choice");
+    return out;
+  }
+
+  template <class P>
+  static std::function<bool(const exchange&)> make_predicate(P p) {
+    if constexpr (std::is_invocable_r_v<bool, P&, const Body&, const exchange&>) {
+      return [p = std::move(p)](const exchange& ex) mutable -> bool { return p(ex.body<Body>(), ex); };
+    } else if constexpr (std::is_invocable_r_v<bool, P&, const Body&>) {
+      return [p = std::move(p)](const exchange& ex) mutable -> bool { return p(ex.body<Body>()); };
+    } else {
+      static_assert(detail::always_false<P>,
+                    "choice(): a when() predicate must take (const Body&) or (const Body&, const rc::exchange&) "
+                    "and return bool");
+      return {};
+    }
+  }
+
   template <class O>
   static void validate_gate(const O& o) {
     if constexpr (requires { o.validate(); }) o.validate();
@@ -760,5 +980,12 @@ class route_builder {
 };
 
 inline route_builder<no_body> craft() { return route_builder<no_body>(); }
+
+/// A choice() or multicast() branch's builder, starting on the body type Body (the one at the
+/// choice): `rc::branch<order>().transform(...).to(...)`.
+template <class Body>
+route_builder<Body, detail::branch_level<Body>> branch() {
+  return route_builder<Body, detail::branch_level<Body>>();
+}
 
 }  // namespace rc

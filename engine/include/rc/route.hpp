@@ -115,6 +115,8 @@ class route_runtime {
 
   /// Runs `steps` in order on `ex` (used by the top level and by segments). Never throws.
   task<outcome> run_steps(std::span<const std::unique_ptr<step>> steps, exchange& ex);
+  /// The same when every one of `steps` is synchronous (a choice's branch).
+  outcome run_steps_now(std::span<const std::unique_ptr<step>> steps, exchange& ex);
 
   /// A split child's own run through `steps` (rc/split.hpp): its route:exchange:started, the
   /// steps, its terminal event. Never throws; the outcome's error is normalised.
@@ -144,7 +146,6 @@ class route_runtime {
   // The lifecycle events of one exchange (a run's, or a split child's).
   void announce_started(const exchange& ex, time_point& started);
   void announce_ended(exchange& ex, outcome& o, time_point started);
-  outcome run_steps_now(std::span<const std::unique_ptr<step>> steps, exchange& ex);
   // Where a run is in its step list (route.cpp: advance, the one step loop).
   struct step_cursor {
     time_point started{};    // the current step's start, for its events
