@@ -92,7 +92,7 @@ std::string log_line(const route_runtime& rt, const exchange& ex, std::string_vi
 std::string body_log_text(const exchange& ex) {
   const any_body& body = ex.raw_body();
   if (body.converts_to_json()) return body.to_json().dump();
-  return body.has_value() ? "<" + std::string(body.type().name()) + ">" : "null";
+  return body.has_value() ? fmt::format("<{}>", body.type().name()) : std::string("null");
 }
 
 }  // namespace rc

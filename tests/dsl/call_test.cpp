@@ -70,7 +70,8 @@ TEST_CASE("send_sync waits for the route and the headers reach it") {
   CHECK(ctx.now().time_since_epoch() == 1s);
   REQUIRE(out.count() == 1);
   CHECK(out.bodies() == std::vector<std::string>{"book"});
-  const auto& headers = out.received()[0].headers;
+  const auto received = out.received();
+  const auto& headers = received[0].headers;
   CHECK(*headers.find("tenant") == "acme");
   CHECK(*headers.find("priority") == 2);
   ctx.stop();
