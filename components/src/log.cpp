@@ -1,12 +1,17 @@
 #include "rc/log.hpp"
 
+#include <fmt/format.h>
+
 namespace rc {
 
 void log_destination::send_now(exchange& ex, route_runtime& rt) {
-  const nlohmann::json body = ex.raw_body().to_json();
-  const std::string text =
-      body.is_null() && ex.raw_body().has_value() ? "<" + std::string(ex.raw_body().type().name()) + ">" : body.dump();
-  fmt::print(out_, "{}[{}] {} {}\n", prefix_.empty() ? "" : prefix_ + " ", rt.id(), ex.id(), text);
+  if (!out_ && !log_enabled(level_)) return;
+  std::string line = log_line(rt, ex, body_log_text(ex));
+  if (!prefix_.empty()) line = prefix_ + " " + line;
+  if (out_)
+    fmt::print(out_, "{}\n", line);
+  else
+    write_log(level_, line);
 }
 
 }  // namespace rc

@@ -124,6 +124,9 @@ struct context::impl {
   std::atomic<std::size_t> open_sources{0};
   enum class state { created, started, stopped } phase = state::created;
   std::optional<stop_result> stopped_with;
+  // The frames of blocking calls (send_sync, request_sync): one that never finishes is freed with
+  // the context, like an abandoned run.
+  detail::frame_set calls;
 
   impl(context_options o, bool virt) : options(std::move(o)), is_virtual(virt) {
     if (options.shutdown_timeout <= duration::zero())
@@ -216,6 +219,7 @@ context::~context() {
   // Nothing can resume them now: free their frames while the routes, clock and bus they refer to
   // still exist. Resumptions still queued on the io_context go with it, never run.
   for (auto& r : impl_->routes) r->frames_.destroy_all();
+  impl_->calls.destroy_all();
   // Then the handlers still queued (a socket's pending read holds its HTTP connection, which
   // holds an exchange's abort signal): destroyed now, while the clock and the bus they may touch
   // still exist, rather than by ~io_context after them.
@@ -411,6 +415,58 @@ void context::post(std::function<void()> f) { asio::post(impl_->io, std::move(f)
 asio::io_context& context::io() noexcept { return impl_->io; }
 
 unsigned context::threads() const noexcept { return impl_->is_virtual ? 1 : impl_->options.threads; }
+
+void context::block_on(std::string_view call, std::function<task<void>()> make) {
+  auto& m = *impl_;
+  if (m.phase == impl::state::created)
+    throw error(errc::invalid_dsl, fmt::format("{}() needs a started context: call start() first", call));
+  if (m.phase == impl::state::stopped)
+    throw error(errc::context_stopped, fmt::format("{}() on a stopped context", call));
+  // Blocking one of the context's threads could wait for work only that thread would run (the only
+  // thread by default; in virtual time the caller runs everything).
+  if (m.io.get_executor().running_in_this_thread())
+    throw error(errc::invalid_dsl,
+                fmt::format("{}() would block the context's own thread: co_await ctx.{}() there instead", call,
+                            call.substr(0, call.size() - 5)));
+  struct shared_state {
+    std::function<task<void>()> make;
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    std::exception_ptr failure;
+  };
+  auto state = std::make_shared<shared_state>();
+  state->make = std::move(make);
+  work_started();  // drain() waits for the call as for a run
+  // Posted, not run here: the sources start() queued run first, so their endpoints are there.
+  asio::post(m.io, [this, &m, state] {
+    rc::spawn(m.calls, [this, state]() -> task<void> {
+      try {
+        co_await state->make();
+      } catch (...) {
+        state->failure = std::current_exception();
+      }
+      {
+        std::lock_guard lock(state->mutex);
+        state->done = true;
+      }
+      state->done_cv.notify_all();
+      work_finished();
+    });
+  });
+  if (m.is_virtual) {
+    m.run_virtual(time_point::max(), [&] { return state->done; });
+    if (!state->done)
+      throw error(errc::invalid_dsl,
+                  fmt::format("{}(): the call cannot finish: nothing is left to run at {} ms (virtual) and no wait is "
+                              "due (a step waiting for something that never happens?)",
+                              call, to_ms(now().time_since_epoch())));
+  } else {
+    std::unique_lock lock(state->mutex);
+    state->done_cv.wait(lock, [&] { return state->done; });
+  }
+  if (state->failure) std::rethrow_exception(normalise(state->failure));
+}
 
 void context::work_started() noexcept { impl_->work.fetch_add(1, std::memory_order_acq_rel); }
 

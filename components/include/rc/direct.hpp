@@ -8,6 +8,8 @@
 // the endpoint route's final body (of type Reply) becomes the caller's body. No endpoint under
 // the name: RC5004. It is also a forward target: `rc::recovery::forward(rc::direct<T>("dead"))`
 // from an error handler sends the failed exchange there (a dead-letter route).
+// And application code calls it: `co_await ctx.request<Reply>(rc::direct<T>("name"), body)`,
+// `ctx.send_sync(rc::direct<T>("name"), body)` (rc/call.hpp); a drop there is RC5031 too.
 #pragma once
 
 #include <map>
@@ -15,6 +17,7 @@
 #include <string>
 #include <typeindex>
 
+#include "rc/call.hpp"
 #include "rc/context.hpp"
 #include "rc/endpoint.hpp"
 #include "rc/recovery.hpp"
@@ -51,7 +54,7 @@ class direct_registry {
 };
 
 template <class T>
-class direct_endpoint final : public source<T>, public destination_base, public forward_target {
+class direct_endpoint final : public source<T>, public destination_base, public forward_target, public call_endpoint {
  public:
   explicit direct_endpoint(std::string name) : name_(std::move(name)) {}
 
@@ -80,17 +83,22 @@ class direct_endpoint final : public source<T>, public destination_base, public 
 
   /// Runs the endpoint's route on a copy of `ex`; returns the endpoint's final exchange.
   task<exchange> call(exchange& ex, route_runtime& rt) {
-    auto target = rt.ctx().template service<direct_registry>().find(name_);
-    if (!target) throw error(errc::no_direct_handler, "no route serves direct endpoint \"" + name_ + "\"");
-    if (target->body != std::type_index(typeid(T)))
-      throw error(errc::misconfigured, "direct endpoint \"" + name_ + "\" takes another body type");
     exchange child;
     child.set_body(T(ex.body<T>()));
     for (const auto& [k, v] : ex.headers()) child.set_header(k, v);
     child.set_correlation_id(ex.correlation_id());
     if (ex.deadline()) child.set_deadline(*ex.deadline());
     child.set_abort_signal(ex.abort_signal());
-    run_result r = co_await target->route->process(std::move(child));
+    return invoke(rt.ctx(), std::move(child));
+  }
+
+  // call endpoint (ctx.send / ctx.request): `ex` is the caller's fresh exchange, run as it is.
+  task<exchange> invoke(context& ctx, exchange ex) override {
+    auto target = ctx.template service<direct_registry>().find(name_);
+    if (!target) throw error(errc::no_direct_handler, "no route serves direct endpoint \"" + name_ + "\"");
+    if (target->body != std::type_index(typeid(T)))
+      throw error(errc::misconfigured, "direct endpoint \"" + name_ + "\" takes another body type");
+    run_result r = co_await target->route->process(std::move(ex));
     if (r.result.is_fail()) std::rethrow_exception(r.result.error);
     if (r.result.is_drop())
       throw error(errc::dropped_no_reply,

@@ -32,6 +32,7 @@
 #include "rc/endpoint.hpp"
 #include "rc/error.hpp"
 #include "rc/operations.hpp"
+#include "rc/log_step.hpp"
 #include "rc/route.hpp"
 #include "rc/split.hpp"
 #include "rc/steps.hpp"
@@ -571,6 +572,24 @@ class route_builder {
     return std::move(*this);
   }
 
+  /// Logs the exchange through the log sink (rc/log_step.hpp), body unchanged: "[route] id text",
+  /// the text being `f(const Body&, const rc::exchange&)` or `f(const Body&)` (a string), or the
+  /// body as JSON. Step label "log".
+  route_builder&& log(log_level level = log_level::info) && {
+    return std::move(*this).append_log("log", level, default_log_text{});
+  }
+  template <class F>
+  route_builder&& log(F formatter, log_level level = log_level::info) && {
+    return std::move(*this).append_log("log", level, std::move(formatter));
+  }
+  /// The same at level debug; without a formatter the text is the body and the headers. Step
+  /// label "debug".
+  route_builder&& debug() && { return std::move(*this).append_log("debug", log_level::debug, default_log_text{}); }
+  template <class F>
+  route_builder&& debug(F formatter) && {
+    return std::move(*this).append_log("debug", log_level::debug, std::move(formatter));
+  }
+
   /// Appends any engine step (extension point for components with their own step types).
   route_builder&& use(std::unique_ptr<rc::step> s) && {
     require_from<route_builder>();
@@ -851,6 +870,22 @@ class route_builder {
     }
     pending_.clear();
     def_.steps.push_back(std::move(s));
+  }
+
+  template <class F>
+  route_builder&& append_log(std::string_view label, log_level level, F f) && {
+    require_from<F>();
+    static_assert(std::is_same_v<F, default_log_text> || std::is_invocable_v<F&, const Body&, const exchange&> ||
+                      std::is_invocable_v<F&, const Body&>,
+                  "log() / debug(): the formatter must take (const Body&, const rc::exchange&) or (const Body&)");
+    if constexpr (std::is_invocable_v<F&, const Body&, const exchange&>)
+      static_assert(std::is_constructible_v<std::string, std::invoke_result_t<F&, const Body&, const exchange&>>,
+                    "log() / debug(): the formatter must return a string");
+    else if constexpr (std::is_invocable_v<F&, const Body&>)
+      static_assert(std::is_constructible_v<std::string, std::invoke_result_t<F&, const Body&>>,
+                    "log() / debug(): the formatter must return a string");
+    append(std::make_unique<log_step<Body, F>>(label, level, std::move(f)));
+    return std::move(*this);
   }
 
   /// R: what the function returns, the new body or an rc::task of it.

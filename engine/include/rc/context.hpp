@@ -10,6 +10,9 @@
 // rejected and waits; rc/metrics.hpp) and the readiness: started, every route's source started,
 // not stopping. It formats nothing; http_source's /metrics and /ready render it (components).
 //
+// Calling a route from application code: send() / request() (co_await) and send_sync() /
+// request_sync() (blocking) run a body through any rc::call_endpoint (rc/call.hpp; rc::direct<T>).
+//
 // Virtual time (`rc::context ctx(rc::virtual_time)`): nothing runs on its own. The caller drives
 // the manual clock with `advance(d)`, `run_until_idle()` and `drain()`, which run everything due
 // in (due time, registration) order on the calling thread. Tests and rc-sim use this mode; runs
@@ -19,12 +22,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <typeindex>
 #include <unordered_map>
 #include <vector>
 
+#include "rc/call.hpp"
 #include "rc/clock.hpp"
 #include "rc/events.hpp"
 #include "rc/metrics.hpp"
@@ -123,6 +128,41 @@ class context {
   void work_started() noexcept;
   void work_finished() noexcept;
 
+  // ---- calling a route from application code (rc/call.hpp, docs/operations.md) ----------------
+  /// Runs `body` (and `headers`) through the route behind `endpoint` (rc::direct<T>("name")) and
+  /// completes when the route has: throws its failure as an rc::error with the route's code,
+  /// RC5004 when no route serves the endpoint, RC5031 when the route drops the exchange.
+  template <callable_endpoint E>
+  task<void> send(E endpoint, typename E::body_type body, call_headers headers = {}) {
+    (void)co_await endpoint.invoke(*this, detail::call_exchange(std::move(body), std::move(headers)));
+  }
+  /// The same, returning the route's final body (RC5002 when it is not a Reply).
+  template <class Reply, callable_endpoint E>
+  task<Reply> request(E endpoint, typename E::body_type body, call_headers headers = {}) {
+    exchange reply = co_await endpoint.invoke(*this, detail::call_exchange(std::move(body), std::move(headers)));
+    co_return detail::take_reply<Reply>(reply, "request", endpoint);
+  }
+  /// Blocking forms, for main() and tests, on a started context and outside its threads. In real
+  /// time the calling thread waits while the context's threads run the call; in virtual time the
+  /// calling thread drives the clock until the call has finished (and no further).
+  template <callable_endpoint E>
+  void send_sync(E endpoint, typename E::body_type body, call_headers headers = {}) {
+    block_on("send_sync",
+             [this, endpoint = std::move(endpoint), body = std::move(body), headers = std::move(headers)]() mutable
+             -> task<void> { return send(std::move(endpoint), std::move(body), std::move(headers)); });
+  }
+  template <class Reply, callable_endpoint E>
+  Reply request_sync(E endpoint, typename E::body_type body, call_headers headers = {}) {
+    auto reply = std::make_shared<std::optional<Reply>>();  // outlives a call that never finishes
+    block_on("request_sync",
+             [this, reply, endpoint = std::move(endpoint), body = std::move(body),
+              headers = std::move(headers)]() mutable -> task<void> {
+               return detail::store_reply(request<Reply>(std::move(endpoint), std::move(body), std::move(headers)),
+                                          reply);
+             });
+    return std::move(**reply);
+  }
+
   /// One shared instance of T per context (component registries: direct endpoints, HTTP
   /// servers). Created on first use with T(context&). Thread-safe.
   template <class T>
@@ -136,6 +176,10 @@ class context {
   struct impl;
 
  private:
+  /// Runs the task `make()` returns on the context's executor and waits for it (see send_sync);
+  /// rethrows its failure. `call` names the caller in errors.
+  void block_on(std::string_view call, std::function<task<void>()> make);
+
   std::unique_ptr<impl> impl_;
   std::mutex services_mutex_;
   std::unordered_map<std::type_index, std::shared_ptr<void>> services_;
