@@ -70,16 +70,49 @@ event_id register_event(std::string_view name) {
 }
 
 nlohmann::json event::to_json() const {
-  return {{"ts", ts}, {"contextId", context_id}, {"details", details}, {"_event", name}};
+  return {{"ts", ts.str()}, {"contextId", context_id}, {"details", details.json()}, {"_event", name}};
 }
 
 // Shared between the bus and its subscriptions, so a subscription outliving the bus is harmless.
-// Lists are copy-on-write: dispatch snapshots one by copying a shared_ptr under the mutex.
+// Lists are copy-on-write and read without a lock: a delivery counts itself in `readers`, then
+// reads the current lists (`live`). A writer (under the mutex) publishes the new list and retires
+// the old one; retired lists are freed only when no delivery is running (checked by the writer,
+// and by the last delivery to leave), so a list is never freed under a reader. A delivery thus
+// costs two atomic increments, not a lock and four reference counts.
 struct subscription::state {
+  using list_ptr = std::shared_ptr<const handler_list>;
+
   std::mutex mutex;
   std::uint64_t next_token = 1;
-  std::array<std::shared_ptr<const handler_list>, event_count + 1> lists;  // last = catch-all
+  std::array<list_ptr, event_count + 1> lists;  // last = catch-all; owners, under the mutex
+  std::array<std::atomic<const handler_list*>, event_count + 1> live{};
+  std::atomic<std::uint32_t> readers{0};
+  std::atomic<bool> has_retired{false};
+  std::vector<list_ptr> retired;  // under the mutex
   event_bus* bus = nullptr;
+
+  // Under the mutex. Lists that can be freed go to `out`, to be destroyed after the lock (a
+  // handler's destruction may unsubscribe: once() keeps its own subscription).
+  void replace_locked(std::size_t i, list_ptr next, std::vector<list_ptr>& out) {
+    live[i].store(next.get());
+    retired.push_back(std::exchange(lists[i], std::move(next)));
+    has_retired.store(true);
+    collect_locked(out);
+  }
+  void collect_locked(std::vector<list_ptr>& out) {
+    if (readers.load() != 0) return;  // a delivery may hold one: the last to leave frees them
+    for (auto& l : retired) out.push_back(std::move(l));
+    retired.clear();
+    has_retired.store(false);
+  }
+  // Called by a delivery that was the last one running.
+  void collect() {
+    std::vector<list_ptr> out;
+    {
+      std::lock_guard lock(mutex);
+      collect_locked(out);
+    }
+  }
 };
 
 subscription::subscription(subscription&& o) noexcept : bus_(std::move(o.bus_)), token_(std::exchange(o.token_, 0)) {
@@ -102,13 +135,14 @@ void subscription::unsubscribe() {
   std::vector<std::shared_ptr<const handler_list>> retired;
   if (auto s = bus_.lock()) {
     std::lock_guard lock(s->mutex);
-    for (auto& l : s->lists) {
+    for (std::size_t i = 0; i < s->lists.size(); ++i) {
+      const auto& l = s->lists[i];
       if (!l) continue;
       auto it = std::find_if(l->begin(), l->end(), [&](const auto& e) { return e.first == token_; });
       if (it == l->end()) continue;
       auto copy = std::make_shared<handler_list>(*l);
       copy->erase(copy->begin() + (it - l->begin()));
-      retired.push_back(std::exchange(l, std::move(copy)));
+      s->replace_locked(i, std::move(copy), retired);
     }
     if (s->bus) s->bus->refresh_flags_locked();
   }
@@ -130,12 +164,15 @@ event_bus::~event_bus() {
 }
 
 std::uint64_t event_bus::add(std::optional<event_id> id, event_handler h) {
+  auto handler = std::make_shared<event_handler>(std::move(h));
+  std::vector<std::shared_ptr<const handler_list>> retired;  // freed after the lock
   std::lock_guard lock(state_->mutex);
-  auto& l = state_->lists[id ? static_cast<std::size_t>(*id) : event_count];
+  const std::size_t i = id ? static_cast<std::size_t>(*id) : event_count;
+  const auto& l = state_->lists[i];
   auto copy = l ? std::make_shared<handler_list>(*l) : std::make_shared<handler_list>();
   const std::uint64_t token = state_->next_token++;
-  copy->emplace_back(token, std::make_shared<event_handler>(std::move(h)));
-  l = std::move(copy);
+  copy->emplace_back(token, std::move(handler));
+  state_->replace_locked(i, std::move(copy), retired);
   refresh_flags_locked();
   return token;
 }
@@ -180,27 +217,35 @@ subscription event_bus::once(std::string_view name, event_handler h) {
 
 subscription event_bus::for_route(std::string route_id, event_handler h) {
   return on("*", [route_id = std::move(route_id), h = std::move(h)](const event& e) {
-    auto it = e.details.find("routeId");
-    if (it != e.details.end() && it->is_string() && it->get_ref<const std::string&>() == route_id) h(e);
+    const nlohmann::json& d = e.details;
+    auto it = d.find("routeId");
+    if (it != d.end() && it->is_string() && it->get_ref<const std::string&>() == route_id) h(e);
   });
 }
 
-void event_bus::dispatch(event_id id, nlohmann::json details) {
-  std::shared_ptr<const handler_list> exact, all;
-  {
-    std::lock_guard lock(state_->mutex);
-    exact = state_->lists[static_cast<std::size_t>(id)];
-    all = state_->lists[event_count];
-  }
+// Snapshots the lists, fills the event (`fill` sets its details) and calls every handler.
+template <class Fill>
+void event_bus::deliver(event_id id, Fill&& fill) {
+  subscription::state& st = *state_;
+  st.readers.fetch_add(1);  // before reading the lists: a writer seeing 0 later knows we read the new ones
+  struct leave {
+    subscription::state& st;
+    ~leave() {
+      if (st.readers.fetch_sub(1) == 1 && st.has_retired.load()) st.collect();
+    }
+  } guard{st};
+  const handler_list* exact = st.live[static_cast<std::size_t>(id)].load();
+  const handler_list* all = st.live[event_count].load();
   if ((!exact || exact->empty()) && (!all || all->empty())) return;
   event ev;
   ev.id = id;
   ev.name = event_name(id);
   ev.at = now_();
-  ev.ts = render_ts_(ev.at);
+  ev.ts.at_ = ev.at;  // rendered when read
+  ev.ts.render_ = &render_ts_;
   ev.context_id = context_id_;
-  ev.details = details.is_object() ? std::move(details) : nlohmann::json::object();
-  for (const auto* l : {exact.get(), all.get()}) {
+  fill(ev.details);
+  for (const auto* l : {exact, all}) {
     if (!l) continue;
     for (const auto& [token, handler] : *l) {
       try {
@@ -210,6 +255,34 @@ void event_bus::dispatch(event_id id, nlohmann::json details) {
       }
     }
   }
+}
+
+void event_bus::dispatch(event_id id, nlohmann::json details) {
+  deliver(id, [&](event_details& d) {
+    d.json_ = details.is_object() ? std::move(details) : nlohmann::json::object();
+    d.built_ = true;
+  });
+}
+
+void event_bus::dispatch_typed(event_id id, const void* value, const void* tag,
+                               void (*write)(const void*, nlohmann::json&)) {
+  deliver(id, [&](event_details& d) {
+    d.typed_ = value;
+    d.tag_ = tag;
+    d.write_ = write;
+  });
+}
+
+void event_details::render() const {
+  json_ = nlohmann::json::object();
+  if (write_ != nullptr) write_(typed_, json_);
+  if (!json_.is_object()) json_ = nlohmann::json::object();
+  built_ = true;
+}
+
+void event_timestamp::render() const {
+  if (render_ != nullptr) text_ = (*render_)(at_);
+  built_ = true;
 }
 
 namespace {

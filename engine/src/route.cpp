@@ -8,6 +8,7 @@
 #include "rc/choice.hpp"
 #include "rc/context.hpp"
 #include "rc/error.hpp"
+#include "rc/event_details.hpp"
 #include "rc/split.hpp"
 #include "rc/wrappers/keyed_gate.hpp"
 
@@ -166,12 +167,7 @@ bool route_runtime::before_step(step& s, exchange& ex, time_point& started) {
   if (s.owns_events()) return false;
   auto& bus = events();
   if (bus.listening(event_id::step_completed) || bus.listening(event_id::step_failed)) started = now();
-  bus.emit(event_id::step_started, [&] {
-    auto j = x_fields(*this, ex);
-    j["operation"] = s.label();
-    if (!s.adapter().empty()) j["adapter"] = s.adapter();
-    return j;
-  });
+  bus.emit(event_id::step_started, [&] { return step_event{{this, &ex}, &s}; });
   return true;
 }
 
@@ -201,14 +197,7 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
     });
     return;
   }
-  if (events_on)
-    bus.emit(event_id::step_completed, [&] {
-      auto j = x_fields(*this, ex);
-      j["operation"] = s.label();
-      if (!s.adapter().empty()) j["adapter"] = s.adapter();
-      j["duration"] = to_ms(now() - started);
-      return j;
-    });
+  if (events_on) bus.emit(event_id::step_completed, [&] { return step_event{{this, &ex}, &s, true, now() - started}; });
 }
 
 // After a step that may have let time pass: when a timeout's deadline has passed (only a timeout
@@ -298,7 +287,7 @@ template <bool Child>
 [[gnu::always_inline]] inline void emit_started(route_runtime& rt, const exchange& ex, time_point& started) {
   auto& bus = rt.events();
   if (bus.listening(event_id::exchange_completed) || bus.listening(event_id::exchange_failed)) started = rt.now();
-  bus.emit(event_id::exchange_started, [&] { return x_fields(rt, ex); });
+  bus.emit(event_id::exchange_started, [&] { return exchange_event{{&rt, &ex}}; });
 }
 
 template <bool Child>
@@ -307,12 +296,7 @@ template <bool Child>
   auto& bus = rt.events();
   switch (o.what) {
     case outcome::kind::proceed:
-      bus.emit(event_id::exchange_completed, [&] {
-        auto j = x_fields(rt, ex);
-        j["duration"] = to_ms(rt.now() - started);
-        j["exchange"] = ex.to_json();
-        return j;
-      });
+      bus.emit(event_id::exchange_completed, [&] { return exchange_event{{&rt, &ex}, true, rt.now() - started}; });
       break;
     case outcome::kind::drop:
       bus.emit(event_id::exchange_dropped, [&] {

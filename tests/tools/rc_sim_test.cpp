@@ -305,3 +305,33 @@ TEST_CASE("past chart.max_rows the chart becomes a density view of bounded size"
   CHECK(svg.str().find("#4999") == std::string::npos);  // no row per request
   CHECK(svg.str().size() < 200'000);
 }
+
+TEST_CASE("without a per-request report the summary is the same and the report holds no request") {
+  // --quiet with no output file: each request is folded into the summary as it ends, and forgotten.
+  for (const char* text : {stacked, R"({"gates": [
+      {"gate": "throttle", "scope": "route", "rate": 40, "burst": 5},
+      {"gate": "slow_down", "window_ms": 1000, "delay_after": 30, "delay_ms": "(hits - 30) * 20", "counting": "fixed", "key": "client"},
+      {"gate": "rate_limit", "limit": 35, "window_ms": 1000, "counting": "fixed", "key": "client", "headers": "draft-7"}],
+    "service_ms": 5,
+    "traffic": [{"at_ms": 0, "count": 300, "spacing_ms": 10, "key": "a", "client_timeout_ms": 300},
+                {"at_ms": 0.5, "count": 300, "spacing_ms": 7, "key": "b", "client_timeout_ms": 300}]})"}) {
+    const auto s = parse(text);
+    const auto kept = rc::sim::run_scenario(s);
+    const auto expected = rc::sim::summarize(s, kept);
+    rc::sim::summary_builder b(s);
+    std::size_t told = 0;
+    const auto streamed = rc::sim::run_scenario(s, {.keep_requests = false, .on_finished = [&](const auto& q) {
+                                                      ++told;
+                                                      b.add(q);
+                                                    }});
+    CHECK(streamed.requests.empty());
+    CHECK(streamed.request_count == kept.requests.size());
+    CHECK(told == kept.requests.size());
+    const auto sum = b.finish(streamed.request_count);
+    std::ostringstream a, c;
+    rc::sim::write_table(a, s, kept, expected, false);
+    rc::sim::write_table(c, s, streamed, sum, false);
+    CHECK(a.str() == c.str());
+    CHECK(rc::sim::summary_line(sum) == rc::sim::summary_line(expected));
+  }
+}

@@ -89,8 +89,19 @@ int main(int argc, char** argv) {
   try {
     const scenario s = load_scenario(opts->scenario);
     check_scenario(s);
-    const run_report report = run_scenario(s);
-    const summary sum = summarize(s, report);
+    // Only the summary is printed and no file is written: keep no per-request report, fold each
+    // request into the summary as it ends (a million requests then take the memory of those in
+    // flight, not of all of them).
+    const bool summary_only = opts->quiet && !opts->csv && !opts->json && !opts->svg;
+    summary_builder builder(s);
+    run_options ro;
+    if (summary_only) {
+      builder.reserve(s.request_count());
+      ro.keep_requests = false;
+      ro.on_finished = [&builder](const request_result& q) { builder.add(q); };
+    }
+    const run_report report = run_scenario(s, ro);
+    const summary sum = summary_only ? builder.finish(report.request_count) : summarize(s, report);
 
     std::ios::sync_with_stdio(false);
     write_table(std::cout, s, report, sum, !opts->quiet);

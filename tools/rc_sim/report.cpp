@@ -85,44 +85,54 @@ std::string chain_text(const scenario& s, const run_report& r) {
 
 }  // namespace
 
-summary summarize(const scenario& s, const run_report& r) {
-  summary sum;
-  sum.requests = r.requests.size();
-  sum.gates.resize(s.gates.size());
-  std::vector<duration> waits;
-  waits.reserve(r.requests.size());
-  for (const auto& q : r.requests) {
-    switch (q.outcome) {
-      case request_outcome::served:
-        ++sum.served;
-        break;
-      case request_outcome::refused:
-        ++sum.refused;
-        break;
-      case request_outcome::abandoned:
-        ++sum.abandoned;
-        break;
-      case request_outcome::failed:
-        ++sum.failed;
-        break;
-    }
-    const duration w = q.total_wait();
-    waits.push_back(w);
-    sum.max_wait = std::max(sum.max_wait, w);
-    if (q.outcome != request_outcome::abandoned) sum.last_end = std::max(sum.last_end, q.ended);
-    for (const auto& p : q.passes) {
-      if (p.gate >= s.gates.size()) continue;
-      auto& g = sum.gates[p.gate];
-      ++g.passes;
-      g.max_wait = std::max(g.max_wait, p.wait);
-      if (p.wait > duration::zero()) ++g.delayed;
-      if (p.outcome == gate_outcome::rejected) ++g.rejected;
-      if (p.outcome == gate_outcome::abandoned) ++g.abandoned;
-    }
+summary_builder::summary_builder(const scenario& s) : s_(s) { sum_.gates.resize(s.gates.size()); }
+
+void summary_builder::add(const request_result& q) {
+  ++added_;
+  switch (q.outcome) {
+    case request_outcome::served:
+      ++sum_.served;
+      break;
+    case request_outcome::refused:
+      ++sum_.refused;
+      break;
+    case request_outcome::abandoned:
+      ++sum_.abandoned;
+      break;
+    case request_outcome::failed:
+      ++sum_.failed;
+      break;
   }
-  sum.p50_wait = percentile(waits, 50);
-  sum.p99_wait = percentile(waits, 99);
-  return sum;
+  const duration w = q.total_wait();
+  waits_.push_back(w);
+  sum_.max_wait = std::max(sum_.max_wait, w);
+  if (q.outcome != request_outcome::abandoned) sum_.last_end = std::max(sum_.last_end, q.ended);
+  for (const auto& p : q.passes) {
+    if (p.gate >= s_.gates.size()) continue;
+    auto& g = sum_.gates[p.gate];
+    ++g.passes;
+    g.max_wait = std::max(g.max_wait, p.wait);
+    if (p.wait > duration::zero()) ++g.delayed;
+    if (p.outcome == gate_outcome::rejected) ++g.rejected;
+    if (p.outcome == gate_outcome::abandoned) ++g.abandoned;
+  }
+}
+
+summary summary_builder::finish(std::uint64_t requests) {
+  // Every figure is a count, a maximum or a percentile: the order of add() does not matter.
+  // Requests that never arrived (a run stopped early) count as a kept report has them: defaults.
+  for (std::uint64_t i = added_; i < requests; ++i) add(request_result{});
+  sum_.requests = requests;
+  sum_.p50_wait = percentile(waits_, 50);
+  sum_.p99_wait = percentile(waits_, 99);
+  return std::move(sum_);
+}
+
+summary summarize(const scenario& s, const run_report& r) {
+  summary_builder b(s);
+  b.reserve(r.requests.size());
+  for (const auto& q : r.requests) b.add(q);
+  return b.finish(r.requests.size());
 }
 
 std::string summary_line(const summary& sum) {
@@ -132,7 +142,8 @@ std::string summary_line(const summary& sum) {
 }
 
 void write_table(std::ostream& out, const scenario& s, const run_report& r, const summary& sum, bool rows) {
-  out << fmt::format("rc-sim: {} ({} request{})\n", s.name, r.requests.size(), r.requests.size() == 1 ? "" : "s");
+  const std::size_t n = std::max(r.request_count, r.requests.size());
+  out << fmt::format("rc-sim: {} ({} request{})\n", s.name, n, n == 1 ? "" : "s");
   if (!s.description.empty()) out << s.description << "\n";
   out << "chain:  " << chain_text(s, r) << "\n";
   out << "times in ms; a gate cell reads: h<hit number> +<time waited> <outcome>\n\n";

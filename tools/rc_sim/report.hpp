@@ -36,6 +36,22 @@ struct summary {
 
 summary summarize(const scenario& s, const run_report& r);
 
+/// summarize() one request at a time, in any order: what rc-sim uses when it keeps no
+/// per-request report (--quiet, no output file).
+class summary_builder {
+ public:
+  explicit summary_builder(const scenario& s);
+  void reserve(std::size_t n) { waits_.reserve(n); }
+  void add(const request_result& q);
+  summary finish(std::uint64_t requests);
+
+ private:
+  const scenario& s_;
+  summary sum_;
+  std::vector<duration> waits_;
+  std::uint64_t added_ = 0;
+};
+
 /// "served 5, refused 2, abandoned 1; wait max 25000ms, p50 1000ms, p99 25000ms"
 std::string summary_line(const summary& sum);
 

@@ -8,11 +8,13 @@
 #include <memory>
 #include <queue>
 #include <random>
+#include <rc/event_details.hpp>
 #include <rc/http_rate_limit_headers.hpp>
 #include <rc/rc.hpp>
 #include <regex>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 namespace rc::sim {
 
@@ -155,8 +157,8 @@ void check_retries(const scenario& s) {
 
 /// The gateId the route gives each scenario gate: "<kind>#<n>", the n-th of its kind in the order
 /// build_route declares them (route scope in list order, then step scope in list order).
-std::map<std::string, std::uint16_t> gate_ids_of(const scenario& s) {
-  std::map<std::string, std::uint16_t> ids;
+std::map<std::string, std::uint16_t, std::less<>> gate_ids_of(const scenario& s) {
+  std::map<std::string, std::uint16_t, std::less<>> ids;
   std::map<std::string_view, int> counts;
   for (const rc::scope sc : {rc::scope::route, rc::scope::step})
     for (std::size_t i = 0; i < s.gates.size(); ++i) {
@@ -196,15 +198,25 @@ struct live_state {
 
 class recorder {
  public:
-  recorder(const scenario& s, run_report& rep)
-      : s_(s), rep_(rep), ids_(gate_ids_of(s)), position_(s.gates.size(), -1), entry_key_(s.traffic.size(), unset) {
+  recorder(const scenario& s, run_report& rep, const run_options& o)
+      : s_(s),
+        rep_(rep),
+        keep_(o.keep_requests),
+        on_finished_(o.on_finished),
+        ids_(gate_ids_of(s)),
+        position_(s.gates.size(), -1),
+        entry_key_(s.traffic.size(), unset) {
     rep_.chain = chain_of(s);
-    rep_.requests.resize(s.request_count());
-    live_.resize(s.request_count());
+    rep_.request_count = s.request_count();
+    if (keep_) {
+      rep_.requests.resize(s.request_count());
+      live_.resize(s.request_count());
+    }
     for (std::size_t p = 0; p < rep_.chain.size(); ++p) position_[rep_.chain[p]] = int(p);
   }
 
   void arrived(std::uint32_t id, std::uint32_t traffic, const std::string& key, time_point at) {
+    if (!keep_) open_.try_emplace(id);
     auto& r = req(id);
     r.id = id;
     r.traffic = traffic;
@@ -222,23 +234,42 @@ class recorder {
   std::uint32_t fail_first(std::uint32_t id) const { return s_.traffic[req(id).traffic].fail_first; }
 
   void on_event(const rc::event& e) {
-    const auto& d = e.details;
-    const auto cid = d.find("correlationId");
-    if (cid == d.end() || !cid->is_string()) return;
-    const std::string& text = cid->get_ref<const std::string&>();
+    // The rate gates' events carry typed details: read without rendering any JSON (a million
+    // requests make several million of them). The others (retry, delay) are read as JSON.
+    const rc::gate_event* typed = e.get<rc::gate_event>();
+    const nlohmann::json* json = typed ? nullptr : &e.details.json();
+    std::string text_storage;
+    std::string_view text;
+    if (typed) {
+      text_storage = typed->correlation_id();
+      text = text_storage;
+    } else {
+      const auto cid = json->find("correlationId");
+      if (cid == json->end() || !cid->is_string()) return;
+      text = cid->get_ref<const std::string&>();
+    }
     std::uint32_t id = 0;
     if (std::from_chars(text.data(), text.data() + text.size(), id).ec != std::errc() || id == 0 ||
-        id > rep_.requests.size())
+        id > rep_.request_count || (!keep_ && !open_.contains(id)))
       return;
     // Which gate: its gateId, which the route gave it in declaration order (gate_ids_of).
-    const auto gid = d.find("gateId");
-    if (gid == d.end() || !gid->is_string()) return;
-    const auto g_it = ids_.find(gid->get_ref<const std::string&>());
+    std::string_view gate_id;
+    if (typed) {
+      gate_id = typed->gate_id();
+    } else {
+      const auto gid = json->find("gateId");
+      if (gid == json->end() || !gid->is_string()) return;
+      gate_id = gid->get_ref<const std::string&>();
+    }
+    const auto g_it = ids_.find(gate_id);
     if (g_it == ids_.end()) return;
     const std::uint16_t g = g_it->second;
     auto& r = req(id);
-    auto& l = live_[id - 1];
-    const auto hits = [&] { return d.value("hits", std::uint64_t{0}); };
+    auto& l = live(id);
+    const auto hits = [&] { return typed ? typed->hits : json->value("hits", std::uint64_t{0}); };
+    const auto waited = [&] { return typed ? typed->waited : json->value("waited", false); };
+    const nlohmann::json empty;
+    const nlohmann::json& d = json ? *json : empty;
 
     switch (e.id) {
       case event_id::throttle_delayed:
@@ -247,7 +278,7 @@ class recorder {
         break;
       case event_id::throttle_passed:
       case event_id::slow_down_passed:
-        if (d.value("waited", false))
+        if (waited())
           close(r, l, e.at);
         else
           begin(r, l, g, e.at, gate_outcome::passed, hits());
@@ -303,23 +334,23 @@ class recorder {
 
   void service_started(std::uint32_t id, time_point now) {
     auto& r = req(id);
-    auto& l = live_[id - 1];
+    auto& l = live(id);
     close(r, l, now);
     ++l.service_attempts;
     r.passes.push_back({service_gate, gate_outcome::served, 0, now, {}});
     open(r, l, std::uint32_t(r.passes.size() - 1), now);
   }
-  std::uint32_t service_attempts(std::uint32_t id) const { return live_[id - 1].service_attempts; }
+  std::uint32_t service_attempts(std::uint32_t id) const { return live(id).service_attempts; }
   void service_ended(std::uint32_t id, time_point now, gate_outcome o) {
     auto& r = req(id);
-    auto& l = live_[id - 1];
+    auto& l = live(id);
     if (l.open && l.open_gate == service_gate) r.passes[l.open_pass].outcome = o;
     close(r, l, now);
   }
 
   void finished(std::uint32_t id, const run_result& result, bool client_gone, time_point now) {
     auto& r = req(id);
-    auto& l = live_[id - 1];
+    auto& l = live(id);
     if (l.open) {
       const std::uint32_t p = l.open_pass;
       close(r, l, now);
@@ -349,7 +380,9 @@ class recorder {
         r.status = det.contains("status") && det["status"].is_number_integer() ? det["status"].get<int>() : 500;
       }
     }
-    read_notes(r, result.ex.limit_notes());
+    if (keep_) read_notes(r, result.ex.limit_notes());  // headers and windows: the table, files and chart
+    if (on_finished_) on_finished_(r);
+    if (!keep_) open_.erase(id);  // told, then forgotten: memory stays that of the requests in flight
   }
 
   void finalize() {
@@ -358,11 +391,22 @@ class recorder {
     });
     live_.clear();
     live_.shrink_to_fit();
+    // Requests still open (a run stopped early) are told as they stand, in id order.
+    if (!open_.empty()) {
+      std::vector<std::uint32_t> ids;
+      for (const auto& [id, o] : open_) ids.push_back(id);
+      std::sort(ids.begin(), ids.end());
+      for (auto id : ids)
+        if (on_finished_) on_finished_(open_.find(id)->second.r);
+      open_.clear();
+    }
   }
 
  private:
-  request_result& req(std::uint32_t id) { return rep_.requests[id - 1]; }
-  const request_result& req(std::uint32_t id) const { return rep_.requests[id - 1]; }
+  request_result& req(std::uint32_t id) { return keep_ ? rep_.requests[id - 1] : open_.find(id)->second.r; }
+  const request_result& req(std::uint32_t id) const { return keep_ ? rep_.requests[id - 1] : open_.find(id)->second.r; }
+  live_state& live(std::uint32_t id) { return keep_ ? live_[id - 1] : open_.find(id)->second.l; }
+  const live_state& live(std::uint32_t id) const { return keep_ ? live_[id - 1] : open_.find(id)->second.l; }
 
   static std::optional<std::uint32_t> last_pass_of(const request_result& r, std::uint16_t gate) {
     for (std::size_t i = r.passes.size(); i-- > 0;)
@@ -390,7 +434,7 @@ class recorder {
     l.open = false;
     if (at > l.open_from) {
       r.passes[l.open_pass].wait += at - l.open_from;
-      r.segments.push_back({l.open_gate, l.open_from, at});
+      if (keep_) r.segments.push_back({l.open_gate, l.open_from, at});  // the chart's only
     }
   }
 
@@ -440,12 +484,20 @@ class recorder {
       rep_.windows.push_back({p.gate, key, end - note.window, end});
   }
 
+  struct open_request {
+    request_result r;
+    live_state l;
+  };
+
   const scenario& s_;
   run_report& rep_;
+  bool keep_;
+  std::function<void(const request_result&)> on_finished_;
   static constexpr std::uint32_t unset = 0xffffffffU;
-  std::vector<live_state> live_;
-  std::map<std::string, std::uint16_t> ids_;  // gateId -> scenario gate index
-  std::vector<int> position_;                 // chain position of each gate
+  std::vector<live_state> live_;                           // keep_: one per request
+  std::unordered_map<std::uint32_t, open_request> open_;   // !keep_: the requests not finished yet
+  std::map<std::string, std::uint16_t, std::less<>> ids_;  // gateId -> scenario gate index
+  std::vector<int> position_;                              // chain position of each gate
   std::map<std::string, std::uint32_t> key_index_;
   std::vector<std::uint32_t> entry_key_;  // key index of each traffic entry, once it arrived
   std::set<std::tuple<std::uint16_t, std::uint32_t, std::int64_t>> windows_seen_;
@@ -563,9 +615,9 @@ void check_scenario(const scenario& s) {
   (void)build_route(s, traffic_source(s, nullptr), std::make_unique<service_step>(s.service, nullptr));
 }
 
-run_report run_scenario(const scenario& s) {
+run_report run_scenario(const scenario& s, const run_options& o) {
   run_report rep;
-  recorder rec(s, rep);
+  recorder rec(s, rep, o);
   rc::context ctx(rc::virtual_time, {.id = "rc-sim"});
   std::vector<subscription> subs;
   for (const char* name : {"route:throttle:passed", "route:throttle:delayed", "route:throttle:rejected",

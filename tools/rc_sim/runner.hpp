@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <rc/route.hpp>
 #include <string>
@@ -92,6 +93,7 @@ struct run_report {
   std::vector<std::string> keys;         // traffic keys, in order of first arrival
   std::vector<request_result> requests;  // arrival order
   std::vector<window_mark> windows;      // distinct fixed windows, in order of opening
+  std::size_t request_count = 0;         // requests run (requests is empty unless kept)
   std::vector<std::uint16_t> chain;      // gate indices in the order a request meets them
   time_point finished{};                 // when the last request ended
 };
@@ -100,7 +102,16 @@ struct run_report {
 /// engine refuses an option. Used by run() and by itself as the validation step.
 void check_scenario(const scenario& s);
 
+struct run_options {
+  /// Keep every request_result in run_report::requests (the table, CSV, JSON and chart read
+  /// them). Off: only the requests in flight are held, each handed to on_finished and forgotten;
+  /// what only those outputs read (segments, headers, windows) is not recorded.
+  bool keep_requests = true;
+  /// Called with each request as it ends (in order of ending, not of id).
+  std::function<void(const request_result&)> on_finished;
+};
+
 /// Runs the scenario to completion in virtual time.
-run_report run_scenario(const scenario& s);
+run_report run_scenario(const scenario& s, const run_options& o = {});
 
 }  // namespace rc::sim

@@ -23,6 +23,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "rc/time.hpp"
@@ -112,15 +113,186 @@ std::optional<event_id> find_event(std::string_view name) noexcept;
 /// inline variable of its header), so users can subscribe by name before it emits.
 event_id register_event(std::string_view name);
 
+namespace detail {
+// One address per type: what event::get<T>() compares, without RTTI.
+template <class T>
+inline constexpr char event_type_tag = 0;
+}  // namespace detail
+
+/// A typed payload: a value the emitter builds on its stack (no allocation), which renders
+/// itself as the JSON details only when a subscriber reads them.
+template <class T>
+concept typed_event_details =
+    !std::is_convertible_v<T, const nlohmann::json&> && requires(const T& t, nlohmann::json& j) {
+  t.write_json(j);
+};
+
+/// An event's details: a typed value (see event::get) or a JSON object, rendered as JSON on the
+/// first read and kept. Reads like the JSON object it stands for (e.details["routeId"],
+/// e.details.value(...), const nlohmann::json& d = e.details, or e.details()). A copy holds the
+/// rendered JSON only.
+class event_details {
+ public:
+  event_details() = default;
+  event_details(const event_details& o) : json_(o.json()), built_(true) {}
+  event_details& operator=(const event_details& o) {
+    if (this != &o) {
+      json_ = o.json();
+      built_ = true;
+      typed_ = nullptr;
+      tag_ = nullptr;
+      write_ = nullptr;
+    }
+    return *this;
+  }
+
+  /// Replaces the details (a test building an event by hand).
+  event_details& operator=(nlohmann::json j) {
+    json_ = j.is_object() ? std::move(j) : nlohmann::json::object();
+    built_ = true;
+    typed_ = nullptr;
+    tag_ = nullptr;
+    write_ = nullptr;
+    return *this;
+  }
+
+  /// The details as a JSON object, rendered now if they were not yet.
+  const nlohmann::json& json() const {
+    if (!built_) render();
+    return json_;
+  }
+  const nlohmann::json& operator()() const { return json(); }
+  operator const nlohmann::json&() const { return json(); }  // NOLINT: reads as the JSON it is
+
+  // The JSON reads subscribers use, on the rendered object.
+  template <class K>
+  const nlohmann::json& operator[](K&& k) const {
+    return json()[std::forward<K>(k)];
+  }
+  template <class K>
+  const nlohmann::json& at(K&& k) const {
+    return json().at(std::forward<K>(k));
+  }
+  template <class K>
+  bool contains(K&& k) const {
+    return json().contains(std::forward<K>(k));
+  }
+  template <class K>
+  nlohmann::json::const_iterator find(K&& k) const {
+    return json().find(std::forward<K>(k));
+  }
+  template <class... A>
+  auto value(A&&... a) const {
+    return json().value(std::forward<A>(a)...);
+  }
+  template <class T>
+  T get() const {
+    return json().template get<T>();
+  }
+  nlohmann::json::const_iterator begin() const { return json().begin(); }
+  nlohmann::json::const_iterator end() const { return json().end(); }
+  auto items() const { return json().items(); }
+  std::size_t size() const { return json().size(); }
+  bool empty() const { return json().empty(); }
+  bool is_object() const { return json().is_object(); }
+  std::string dump(int indent = -1) const { return json().dump(indent); }
+  friend bool operator==(const event_details& a, const nlohmann::json& b) { return a.json() == b; }
+
+ private:
+  friend class event_bus;
+  friend struct event;
+  void render() const;
+
+  const void* typed_ = nullptr;  // the emitter's value, during delivery only
+  const void* tag_ = nullptr;    // &detail::event_type_tag<T>
+  void (*write_)(const void*, nlohmann::json&) = nullptr;
+  mutable nlohmann::json json_;
+  mutable bool built_ = false;
+};
+
+/// An event's ISO-8601 timestamp, rendered from `at` on the first read. Reads as a std::string.
+class event_timestamp {
+ public:
+  event_timestamp() = default;
+  event_timestamp(const event_timestamp& o) : text_(o.str()), built_(true) {}
+  event_timestamp& operator=(const event_timestamp& o) {
+    if (this != &o) {
+      text_ = o.str();
+      built_ = true;
+      render_ = nullptr;
+    }
+    return *this;
+  }
+  event_timestamp& operator=(std::string text) {
+    text_ = std::move(text);
+    built_ = true;
+    render_ = nullptr;
+    return *this;
+  }
+
+  const std::string& str() const {
+    if (!built_) render();
+    return text_;
+  }
+  const std::string& operator()() const { return str(); }
+  operator const std::string&() const { return str(); }  // NOLINT: reads as the string it is
+  bool empty() const { return str().empty(); }
+  std::size_t size() const { return str().size(); }
+  const char* c_str() const { return str().c_str(); }
+  friend bool operator==(const event_timestamp& a, std::string_view b) { return a.str() == b; }
+
+ private:
+  friend class event_bus;
+  void render() const;
+
+  time_point at_{};
+  const std::function<std::string(time_point)>* render_ = nullptr;
+  mutable std::string text_;
+  mutable bool built_ = false;
+};
+
+/// What a handler receives. `details` and `ts` are rendered when first read, so a subscriber
+/// that reads neither (a counter) costs no JSON and no formatting. The typed value is readable
+/// during delivery only: a copy of the event (kept for later) holds the rendered JSON instead.
+/// An event is read on the thread that delivers it.
 struct event {
   std::string_view name;
-  event_id id;
-  time_point at;   // engine time (virtual under a manual clock)
-  std::string ts;  // ISO-8601 of `at` (wall clock in real time, 1970 + virtual time otherwise)
-  std::string context_id;
-  nlohmann::json details;  // always an object
+  event_id id{};
+  time_point at{};              // engine time (virtual under a manual clock)
+  event_timestamp ts;           // ISO-8601 of `at` (wall clock in real time, 1970 + virtual time otherwise)
+  std::string_view context_id;  // the context's id (a copy of the event owns its own)
+  event_details details;        // always an object
+
+  event() = default;
+  event(const event& o)
+      : name(o.name), id(o.id), at(o.at), ts(o.ts), context_id(), details(o.details), own_context_id_(o.context_id) {
+    context_id = own_context_id_;
+  }
+  event& operator=(const event& o) {
+    if (this != &o) {
+      name = o.name;
+      id = o.id;
+      at = o.at;
+      ts = o.ts;
+      details = o.details;
+      own_context_id_ = std::string(o.context_id);
+      context_id = own_context_id_;
+    }
+    return *this;
+  }
+
+  /// The emitter's typed details when they are a T (rc/event_details.hpp: gate_event,
+  /// exchange_event, step_event), else null. Null on a copy.
+  template <class T>
+  const T* get() const noexcept {
+    return details.tag_ == &detail::event_type_tag<T> ? static_cast<const T*>(details.typed_) : nullptr;
+  }
+
   /// {ts, contextId, details, _event}
   nlohmann::json to_json() const;
+
+ private:
+  std::string own_context_id_;
 };
 
 using event_handler = std::function<void(const event&)>;
@@ -167,12 +339,24 @@ class event_bus {
   }
 
   /// Emits when someone listens: `make_details()` is called only then.
+  /// Emits when someone listens: `make_details()` is called only then. It returns the details as
+  /// a JSON object, or as a typed value (typed_event_details: built on the stack, rendered as
+  /// JSON only if a subscriber reads e.details).
   template <class MakeDetails>
   void emit(event_id id, MakeDetails&& make_details) {
     if (!listening(id)) return;
-    dispatch(id, make_details());
+    using R = std::decay_t<std::invoke_result_t<MakeDetails&>>;
+    if constexpr (typed_event_details<R>) {
+      const R value = make_details();
+      dispatch_typed(id, &value, &detail::event_type_tag<R>,
+                     [](const void* v, nlohmann::json& j) { static_cast<const R*>(v)->write_json(j); });
+    } else {
+      dispatch(id, make_details());
+    }
   }
   void dispatch(event_id id, nlohmann::json details);
+  /// `value` (whose type `tag` names) stays alive for the call; `write` renders it.
+  void dispatch_typed(event_id id, const void* value, const void* tag, void (*write)(const void*, nlohmann::json&));
 
   const std::string& context_id() const noexcept { return context_id_; }
 
@@ -184,6 +368,9 @@ class event_bus {
   std::string context_id_;
   std::function<time_point()> now_;
   std::function<std::string(time_point)> render_ts_;
+  template <class Fill>
+  void deliver(event_id id, Fill&& fill);
+
   std::shared_ptr<subscription::state> state_;
   std::array<std::atomic<bool>, event_count> any_{};
   friend class subscription;

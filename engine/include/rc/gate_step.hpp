@@ -24,7 +24,8 @@
 //   waiting exchange at once. A gone client (the exchange's abort signal fires) drops it as
 //   "client-gone"; a queued one also gives its place back (give_back) and those behind move up;
 // - the refusal: RC5013, retryable, details {gate, retry_after_ms, key, label, ...};
-// - the events passed / delayed / rejected: identity, key and overflow, plus the gate's fields;
+// - the events passed / delayed / rejected: typed details (rc::gate_event: identity, key, overflow,
+//   hits), rendered as JSON (plus the gate's fields) only when a subscriber reads them;
 // - the counters (rc/metrics.hpp) behind the same three, bumped where the decision is taken,
 //   under the lock held for it anyway (a plain increment: no locked instruction), and once more
 //   with the wait's length when a waiting exchange is admitted. Nothing else per exchange.
@@ -49,6 +50,7 @@
 //   overflow at run time: bool overflows() const (false: table_full() instead; needs both)
 //   a sketch:        using overflow_counter = sketch_window<Counter>; decide() takes it as well
 // and optionally:
+//   its hit number:  std::uint64_t hits(const ticket&) const   (gate_event::hits)
 //   a limit note:    void note(exchange&, route_runtime&, std::string_view key, ticket&, const gate_decision&);
 //   the outcome:     bool wants_outcome() const; void outcome(state&, time_point, const ticket&, bool ok);
 //   its own refusal: error refusal(std::string_view key, const ticket&, const gate_decision&) const;
@@ -71,6 +73,7 @@
 #include <utility>
 
 #include "rc/error.hpp"
+#include "rc/event_details.hpp"
 #include "rc/events.hpp"
 #include "rc/gates/count_min_sketch.hpp"
 #include "rc/gates/gate_decision.hpp"
@@ -253,7 +256,7 @@ class gate_step final : public wrapper, public keyed_gate {
           if (a.decision.refused()) co_return refuse(ex, rt, a);
         }
         if (!a.decision.admitted()) {
-          rt.events().emit(traits.delayed, [&] { return fields(ex, rt, a, traits.delayed); });
+          rt.events().emit(traits.delayed, [&] { return event_of<traits.delayed>(ex, rt, a); });
           const wait_result r = co_await wait->by_ref();
           const bool client_gone = r == wait_result::cancelled && ex.abort_signal() != nullptr &&
                                    ex.abort_signal()->fired() && !rt.intake().fired();
@@ -532,11 +535,7 @@ class gate_step final : public wrapper, public keyed_gate {
   // ---- refusal and events ----
 
   outcome refuse(exchange& ex, route_runtime& rt, arrival& a) {
-    rt.events().emit(traits.rejected, [&] {
-      auto j = fields(ex, rt, a, traits.rejected);
-      j["retryAfterMs"] = to_ms(a.decision.wait);
-      return j;
-    });
+    rt.events().emit(traits.rejected, [&] { return event_of<traits.rejected>(ex, rt, a); });
     return outcome::failed(std::make_exception_ptr(refusal(a)));
   }
 
@@ -577,13 +576,41 @@ class gate_step final : public wrapper, public keyed_gate {
   void emit_passed(const exchange& ex, route_runtime& rt, const arrival& a, bool waited, duration elapsed) {
     if (waited) count_waited(elapsed);  // admitted at once: counted with the decision
     rt.events().emit(traits.passed, [&] {
-      auto j = fields(ex, rt, a, traits.passed);
-      if constexpr (traits.waits) {
-        j["waited"] = waited;
-        j["elapsed"] = to_ms(elapsed);
-      }
-      return j;
+      gate_event g = event_of<traits.passed>(ex, rt, a);
+      g.waited = waited;
+      g.elapsed = elapsed;
+      return g;
     });
+  }
+
+  // The typed details of passed / delayed / rejected; the JSON is rendered by write_event, only
+  // when a subscriber reads it. `a` outlives the delivery (it is the run's).
+  template <event_id Which>
+  gate_event event_of(const exchange& ex, const route_runtime& rt, const arrival& a) const {
+    gate_event g;
+    g.route = &rt;
+    g.ex = &ex;
+    g.gate = this;
+    g.keyed = keyed();
+    if (g.keyed) g.key = a.key;
+    g.overflow = a.overflow;
+    g.wait = a.decision.wait;
+    if constexpr (requires(const L& l, const ticket& t) { l.hits(t); }) g.hits = limiter_.hits(a.t);
+    g.impl = &a;
+    g.write = &write_event<Which>;
+    return g;
+  }
+
+  template <event_id Which>
+  static void write_event(const void* impl, const gate_event& g, nlohmann::json& j) {
+    const auto& self = static_cast<const gate_step&>(*g.gate);
+    const arrival& a = *static_cast<const arrival*>(impl);
+    j = self.fields(*g.ex, *g.route, a, Which);
+    if constexpr (Which == traits.passed && traits.waits) {
+      j["waited"] = g.waited;
+      j["elapsed"] = to_ms(g.elapsed);
+    }
+    if constexpr (Which == traits.rejected) j["retryAfterMs"] = to_ms(a.decision.wait);
   }
 
   L limiter_;

@@ -142,6 +142,7 @@ struct rate_limit_gate : rate_limit_limiter<Counter> {
     t.note = &ex.limit_notes().emplace_back(std::move(note));
   }
 
+  std::uint64_t hits(const ticket& t) const { return t.note->used; }
   void fields(nlohmann::json& j, const ticket& t, const gate_decision&, event_id) const {
     j["hits"] = t.note->used;
     j["limit"] = t.note->limit;

@@ -77,6 +77,7 @@ struct slow_down_gate : slow_down_limiter<Counter> {
     ex.limit_notes().emplace_back(std::move(note));
   }
 
+  std::uint64_t hits(const ticket& t) const { return t.hit.hits; }
   void fields(nlohmann::json& j, const ticket& t, const gate_decision&, event_id which) const {
     j["hits"] = t.hit.hits;
     j["delayAfter"] = this->delay_after;
