@@ -551,12 +551,18 @@ void command_awaiter::await_suspend(std::coroutine_handle<> h) {
   });
 }
 
+// The awaiter is a named local, not a temporary inside co_return: GCC 12 mishandles temporaries
+// of aggregate type with reference members in a co_await within co_return.
 task<redis_reply> redis_connection::command(std::vector<std::string> args) {
-  co_return co_await command_awaiter{*impl_, args, impl_->opt_.command_timeout};
+  command_awaiter awaiter{*impl_, args, impl_->opt_.command_timeout};
+  redis_reply r = co_await awaiter;
+  co_return r;
 }
 
 task<redis_reply> redis_connection::command(std::vector<std::string> args, duration timeout) {
-  co_return co_await command_awaiter{*impl_, args, timeout};
+  command_awaiter awaiter{*impl_, args, timeout};
+  redis_reply r = co_await awaiter;
+  co_return r;
 }
 
 bool redis_connection::connected() const noexcept {
