@@ -87,7 +87,9 @@ namespace rc {
   X(rate_limit_rejected, "route:rateLimit:rejected")          \
   X(parse_failed, "route:parse:failed")                       \
   X(choice_matched, "route:operation:choice:matched")         \
-  X(choice_unmatched, "route:operation:choice:unmatched")
+  X(choice_unmatched, "route:operation:choice:unmatched")     \
+  X(store_failed, "route:store:failed")                       \
+  X(store_recovered, "route:store:recovered")
 
 enum class event_id : std::uint16_t {
 #define RC_EVENT_ENUM(id, name) id,
