@@ -7,6 +7,7 @@
 
 #include "rc/context.hpp"
 #include "rc/error.hpp"
+#include "rc/shaping.hpp"
 #include "rc/split.hpp"
 #include "rc/wrappers/keyed_gate.hpp"
 
@@ -48,6 +49,8 @@ class gate_namer {
           for (auto& u : seg->steps()) name(u.get());
         else if (auto* split = dynamic_cast<split_step*>(s))
           for (auto& u : split->sub_steps()) name(u.get());
+        else if (auto* batch = dynamic_cast<batch_step*>(s))
+          for (auto& u : batch->sub_steps()) name(u.get());
         return;
       }
     }
