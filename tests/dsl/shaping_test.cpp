@@ -417,3 +417,24 @@ TEST_CASE("batch options are checked at the call, and batch cannot be wrapped (R
   CHECK_THROWS_MATCHES(b().retry().batch(), rc::error,
                        rc_error(rc::errc::misconfigured, "batch() cannot be wrapped by retry()"));
 }
+
+TEST_CASE("batch: a step-scope wrapper after batch() wraps a step of the batch's pipeline, with its gate id") {
+  rc::context ctx(rc::virtual_time);
+  int calls = 0;
+  event_recorder events(ctx);
+  ctx.add(rc::craft()
+              .id("b")
+              .from(rc::simple(range(2)))
+              .batch({.size = 2})
+              .retry({.max_attempts = 2})
+              .to([&](std::vector<int>&) {
+                if (++calls == 1) throw std::runtime_error("once");
+              }));
+  ctx.start();
+  ctx.drain();
+  CHECK(calls == 2);
+  const auto attempts = events.named("route:retry:attempt");
+  REQUIRE(attempts.size() == 1);
+  CHECK(attempts[0].details["gateId"] == "retry#1");
+  CHECK(events.count("route:exchange:completed") == 3);
+}
