@@ -32,6 +32,8 @@
 //                  aggregate -> transform (sum) -> noop; ns per parent and per child
 //   choice         plain_seq with a choice of 3 branches (v%3 == 0, v%3 == 1, otherwise), each a
 //                  transform, before the noop: selection and branch run per exchange
+//   dedupe         plain_seq through dedupe (default key, every body distinct, max_keys 100,000)
+//   batch          plain_seq through batch({.size = 100}) to a function counting the items
 #include <sys/resource.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
@@ -266,6 +268,44 @@ result choice(const run_config& c) {
   result r;
   r.seconds = run_to_idle(ctx);
   r.figures["completed"] = completed;
+  r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(c.n);
+  return r;
+}
+
+// ---- dedupe / batch: the shaping steps on plain_seq ----------------------------------------------
+
+result dedupe(const run_config& c) {
+  rc::context ctx;
+  std::size_t completed = 0;
+  ctx.add(rc::craft()
+              .id("dedupe")
+              .from(seq_source(iota_values(c.n)))
+              .dedupe({.max_keys = 100'000})  // default key: the body's hash; all distinct, the table full after 100k
+              .to([&completed](int&) { ++completed; }));
+  result r;
+  r.seconds = run_to_idle(ctx);
+  r.figures["completed"] = completed;
+  r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(c.n);
+  return r;
+}
+
+result batch(const run_config& c) {
+  constexpr std::size_t size = 100;
+  rc::context ctx;
+  std::size_t completed = 0;  // items delivered in batches
+  std::size_t batches = 0;
+  ctx.add(rc::craft()
+              .id("batch")
+              .from(seq_source(iota_values(c.n)))
+              .batch({.size = size, .flush_interval = 10ms})
+              .to([&](std::vector<int>& b) {
+                completed += b.size();
+                ++batches;
+              }));
+  result r;
+  r.seconds = run_to_idle(ctx);
+  r.figures["completed"] = completed;
+  r.figures["batches"] = batches;
   r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(c.n);
   return r;
 }
@@ -524,6 +564,8 @@ constexpr scenario scenarios[] = {
     {"split_aggregate", 500'000, split_aggregate},
     {"choice", 5'000'000, choice},
     {"events", 2'000'000, events},
+    {"dedupe", 2'000'000, dedupe},
+    {"batch", 2'000'000, batch},
 };
 
 [[noreturn]] void usage(const char* why) {

@@ -37,6 +37,8 @@ constexpr code_entry code_table[] = {
     {errc::cache_key, false, "cache key derivation failed"},
     {errc::dropped_no_reply, false, "dropped, no reply"},
     {errc::unsupported_outcome, false, "unsupported step outcome"},
+    {errc::dedupe_key, false, "dedupe key derivation failed"},
+    {errc::dedupe_full, true, "dedupe key table full"},
     {errc::bad_shutdown_timeout, false, "bad shutdown timeout"},
     {errc::unknown, true, "unknown"},
 };

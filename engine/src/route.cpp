@@ -9,6 +9,7 @@
 #include "rc/context.hpp"
 #include "rc/error.hpp"
 #include "rc/event_details.hpp"
+#include "rc/shaping.hpp"
 #include "rc/split.hpp"
 #include "rc/wrappers/keyed_gate.hpp"
 
@@ -57,6 +58,8 @@ class gate_namer {
         } else if (auto* multicast = dynamic_cast<multicast_step*>(s)) {
           for (auto& b : multicast->branches())
             for (auto& u : b) name(u.get());
+        } else if (auto* batch = dynamic_cast<batch_step*>(s)) {
+          for (auto& u : batch->sub_steps()) name(u.get());
         }
         return;
       }

@@ -126,6 +126,10 @@ void test_context::apply(std::unique_ptr<step>& s) const {
       for (auto& u : b) apply(u);
     return;
   }
+  if (auto* batch = dynamic_cast<batch_step*>(s.get())) {
+    for (auto& u : batch->sub_steps()) apply(u);
+    return;
+  }
   const auto* es = dynamic_cast<const endpoint_step*>(s.get());
   if (!es) return;
   for (const auto& r : rules_)

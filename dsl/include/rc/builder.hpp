@@ -34,6 +34,7 @@
 #include "rc/operations.hpp"
 #include "rc/log_step.hpp"
 #include "rc/route.hpp"
+#include "rc/shaping.hpp"
 #include "rc/split.hpp"
 #include "rc/steps.hpp"
 #include "rc/wrappers/cache.hpp"
@@ -88,6 +89,13 @@ struct final_body<Body, split_level<OuterBody, OuterLevel>> : final_body<OuterBo
 struct open_split {
   std::vector<std::unique_ptr<rc::step>> outer_steps;
   split_plan plan;
+};
+
+/// A batch() of the builder: where it was called in the top-level steps, and how to make its
+/// step from the steps after it (at build()).
+struct batch_mark {
+  std::size_t at;
+  std::function<std::unique_ptr<rc::step>(std::vector<std::unique_ptr<rc::step>>)> make;
 };
 
 /// Yields the elements of a range as children's bodies, moving them out when `Move`.
@@ -763,6 +771,61 @@ class route_builder {
     return std::move(*this);
   }
 
+  // ---- shaping: dedupe / sample / debounce / batch (rc/shaping.hpp, docs/operations.md) -----
+  /// Drops ("duplicate") an exchange whose key is in flight or completed within `ttl`; the key
+  /// is committed when the run completes and released when it fails or is dropped. Default key:
+  /// a hash of the body's JSON form (a body without one needs `.key`, else RC5003).
+  route_builder&& dedupe(dedupe_options o = {}) && {
+    require_from<dedupe_options>();
+    if (!o.key) {
+      if constexpr (std::is_constructible_v<nlohmann::json, const Body&>)
+        o.key = body_hash_key;
+      else
+        invalid_option("dedupe", "key", "given when the body does not convert to JSON", "none");
+    }
+    o.validate();
+    append(make_dedupe(std::move(o)));
+    return std::move(*this);
+  }
+
+  /// Passes every `every`-th exchange, or the first per `interval`; drops the rest ("sampled").
+  route_builder&& sample(sample_options o) && {
+    require_from<sample_options>();
+    o.validate();
+    append(make_sample(o));
+    return std::move(*this);
+  }
+
+  /// Releases only the last exchange of a burst (per key), `wait` after its last arrival or
+  /// `max_wait` after its first; the others drop ("debounced"). Cannot be wrapped (RC5003).
+  route_builder&& debounce(debounce_options o) && {
+    require_from<debounce_options>();
+    o.validate();
+    require_no_pending("debounce");
+    append(make_debounce(std::move(o)));
+    return std::move(*this);
+  }
+
+  /// Folds consecutive bodies into one std::vector<Body>, carried by a new exchange through the
+  /// steps after it; flushed at `size`, `flush_interval` after its first body, or on stop.
+  auto batch(batch_options o = {}) && {
+    require_from<batch_options>();
+    static_assert(!detail::in_split<Level>,
+                  "batch(): not between split() and aggregate(); batch the parent before split() or after aggregate()");
+    o.validate();
+    require_no_pending("batch");
+    batches_.push_back({def_.steps.size(), [o](std::vector<std::unique_ptr<rc::step>> sub) {
+                          auto fold = [](exchange& batch, std::vector<any_body>&& bodies) {
+                            std::vector<Body> out;
+                            out.reserve(bodies.size());
+                            for (auto& b : bodies) out.push_back(std::move(b.template get<Body>()));
+                            batch.set_body(std::move(out));
+                          };
+                          return std::unique_ptr<rc::step>(std::make_unique<batch_step>(o, fold, std::move(sub)));
+                        }});
+    return std::move(*this).template rebind<std::vector<Body>, Level>();
+  }
+
   // ---- build ------------------------------------------------------------------------------
   route_definition build() && {
     if constexpr (!has_from) {
@@ -780,6 +843,12 @@ class route_builder {
                                     "aggregate() (it caches the route's final body)",
                                     def_.id));
       while (!splits_.empty()) close_split();  // split() without aggregate(): children run to the end
+      if (!batches_.empty() && has_route_cache())
+        throw rc::error(errc::misconfigured,
+                        fmt::format("route \"{}\": a route-scope cache() cannot follow batch() (a batch is an exchange "
+                                    "of its own)",
+                                    def_.id));
+      close_batches();
       if (def_.id.empty()) def_.id = exchange().id();
       for (auto& learn : route_learn_) learn(typeid(typename detail::final_body<Body, Level>::type));
       return std::move(def_);
@@ -808,7 +877,20 @@ class route_builder {
     next.def_ = std::move(def_);
     next.route_learn_ = std::move(route_learn_);
     next.splits_ = std::move(splits_);
+    next.batches_ = std::move(batches_);
     return next;
+  }
+
+  /// Each batch() takes the steps after it as its batch's pipeline (the last batch() first).
+  void close_batches() {
+    while (!batches_.empty()) {
+      auto mark = std::move(batches_.back());
+      batches_.pop_back();
+      std::vector<std::unique_ptr<rc::step>> sub;
+      for (std::size_t i = mark.at; i < def_.steps.size(); ++i) sub.push_back(std::move(def_.steps[i]));
+      def_.steps.resize(mark.at);
+      def_.steps.push_back(mark.make(std::move(sub)));
+    }
   }
 
   /// A step-scope wrapper cannot wrap split() or aggregate() (RC5003).
@@ -1012,6 +1094,8 @@ class route_builder {
   std::vector<pending_wrapper> pending_;
   std::vector<learn_fn> route_learn_;       // route-scope wrappers, told the route's final body type at build()
   std::vector<detail::open_split> splits_;  // open split()s, innermost last
+
+  std::vector<detail::batch_mark> batches_;  // batch()es, closed at build()
 };
 
 inline route_builder<no_body> craft() { return route_builder<no_body>(); }

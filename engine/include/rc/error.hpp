@@ -36,6 +36,8 @@ enum class errc : int {
   cache_key = 5029,                // RC5029
   dropped_no_reply = 5031,         // RC5031
   unsupported_outcome = 5032,      // RC5032
+  dedupe_key = 5033,               // RC5033
+  dedupe_full = 5034,              // RC5034
   bad_shutdown_timeout = 5058,     // RC5058
   unknown = 9901,                  // RC9901
 };

@@ -89,7 +89,17 @@ namespace rc {
   X(choice_matched, "route:operation:choice:matched")         \
   X(choice_unmatched, "route:operation:choice:unmatched")     \
   X(store_failed, "route:store:failed")                       \
-  X(store_recovered, "route:store:recovered")
+  X(store_recovered, "route:store:recovered")                 \
+  X(batch_started, "route:batch:started")                     \
+  X(batch_flushed, "route:batch:flushed")                     \
+  X(batch_stopped, "route:batch:stopped")                     \
+  X(sample_passed, "route:operation:sample:passed")           \
+  X(sample_dropped, "route:operation:sample:dropped")         \
+  X(dedupe_passed, "route:operation:dedupe:pass")             \
+  X(dedupe_duplicate, "route:operation:dedupe:duplicate")     \
+  X(debounce_held, "route:operation:debounce:held")           \
+  X(debounce_dropped, "route:operation:debounce:dropped")     \
+  X(debounce_released, "route:operation:debounce:released")
 
 enum class event_id : std::uint16_t {
 #define RC_EVENT_ENUM(id, name) id,
