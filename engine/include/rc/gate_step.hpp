@@ -75,6 +75,7 @@
 #include "rc/gates/count_min_sketch.hpp"
 #include "rc/gates/gate_decision.hpp"
 #include "rc/gates/keyed_lru.hpp"
+#include "rc/gates/spin_mutex.hpp"
 #include "rc/keys.hpp"
 #include "rc/route.hpp"
 #include "rc/step.hpp"
@@ -637,9 +638,11 @@ class gate_step final : public wrapper, public keyed_gate {
 
   L limiter_;
   gate_common common_;
-  mutable std::mutex mutex_;  // the states and queues: routes may run on several threads
-  slot single_;               // the one state of an unkeyed gate; the overflow state of a keyed one
-  gate_counters counters_;    // next to the state the decision has just written
+  // The states and queues: routes may run on several threads. A spin lock: the sections are
+  // short, and sleeping in the kernel for a taken lock cost more than they do (gates/spin_mutex.hpp).
+  mutable detail::spin_mutex mutex_;
+  slot single_;             // the one state of an unkeyed gate; the overflow state of a keyed one
+  gate_counters counters_;  // next to the state the decision has just written
   keyed_lru<slot> table_;
   [[no_unique_address]] sketch_type sketch_;  // the overflow of a hit-counting gate
   wait_queue single_queue_;
