@@ -466,15 +466,17 @@ void source_context::spawn_batch(std::span<exchange> batch) {
     return;
   }
   const std::size_t shares = std::min(threads, batch.size() / min_share);
-  const std::size_t share = batch.size() / shares;
   route_.in_flight_.fetch_add(batch.size(), std::memory_order_acq_rel);
-  // The others' shares first (they start while this thread runs its own), then this thread's:
-  // the first, which also takes the remainder.
-  const std::size_t own = batch.size() - share * (shares - 1);
+  // This thread keeps half a share: it has made the whole batch already, and the others' shares
+  // start while it runs its own. If the others fall behind, their shares wait in the executor's
+  // queue, and this thread takes them before it goes on when its source gives way (simple() does
+  // after each batch).
+  const std::size_t own = std::max<std::size_t>(1, batch.size() / (2 * shares));
+  const std::size_t share = (batch.size() - own) / (shares - 1);
   for (std::size_t k = 1; k < shares; ++k) {
     const auto first = batch.begin() + static_cast<std::ptrdiff_t>(own + (k - 1) * share);
-    std::vector<exchange> part(std::make_move_iterator(first),
-                               std::make_move_iterator(first + static_cast<std::ptrdiff_t>(share)));
+    const auto last = k + 1 == shares ? batch.end() : first + static_cast<std::ptrdiff_t>(share);
+    std::vector<exchange> part(std::make_move_iterator(first), std::make_move_iterator(last));
     route_.ctx().work_started();
     boost::asio::post(route_.ctx().io(), [rt = &route_, part = std::move(part)]() mutable { rt->run_batch(part); });
   }
