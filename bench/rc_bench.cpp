@@ -102,11 +102,15 @@ rc::context_options bench_options() { return rc::context_options{.threads = benc
 /// happens-before.
 class tally {
  public:
-  tally() : id_(next_id()) {}
+  tally() : id_(next_id()), one_thread_(bench_threads == 1) {}
   tally(const tally&) = delete;
   tally& operator=(const tally&) = delete;
 
   void operator++() {
+    if (one_thread_) {  // a plain count, as before --threads existed
+      ++count_;
+      return;
+    }
     // The last tally this thread bumped, in plain thread-locals (no initialisation guard).
     thread_local std::uint64_t last_id = 0;
     thread_local cell* last = nullptr;
@@ -118,7 +122,7 @@ class tally {
   }
   std::size_t total() const {
     std::lock_guard lock(mutex_);
-    std::size_t sum = 0;
+    std::size_t sum = count_;
     for (const auto& c : cells_) sum += c->n;
     return sum;
   }
@@ -143,6 +147,8 @@ class tally {
   }
 
   std::uint64_t id_;
+  bool one_thread_;
+  std::size_t count_ = 0;  // one thread: the only count
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<cell>> cells_;
 };
