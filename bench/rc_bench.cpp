@@ -1,10 +1,10 @@
 // rc-bench: end-to-end figures for the engine, one scenario per run.
 //
-//   rc-bench --scenario NAME [--n N] [--max-keys K]
+//   rc-bench --scenario NAME [--n N] [--max-keys K] [--threads T]
 //
-// Prints one JSON object: scenario, n, seconds, per_second, peak_rss_mb, cpu_seconds, plus the
-// scenario's own figures. Every scenario runs on a real-time context (steady clock, one worker
-// thread); the calling thread only starts, drains and stops it. `seconds` runs from start() to
+// Prints one JSON object: scenario, n, threads, seconds, per_second, peak_rss_mb, cpu_seconds,
+// plus the scenario's own figures. Every scenario runs on a real-time context (steady clock, T
+// worker threads, 1 by default); the calling thread only starts, drains and stops it. `seconds` runs from start() to
 // the end of drain() (stop() for inflight): it includes the source, not building the route or
 // its values. Memory figures are resident-set deltas against a baseline taken just before
 // start(), so they include allocator slack: what a user would see, not what the engine asked for.
@@ -26,6 +26,7 @@
 //                  against each admission's slot (see pacing())
 //   inflight       N (100,000) paced at 10/s, stop requested after 2 s: memory, stop latency
 //   keys           N (1,000,000) distinct keys through a keyed throttle; bytes per key
+//   keys_burst     the same, all N started at once (simple()): what several threads share
 //   events         throttle_open plus one subscriber that receives every route:throttle:passed
 //                  (the original's g-events-seq); it counts them and reads nothing else
 //   split_aggregate N exchanges sequence -> split into 10 children -> transform (per child) ->
@@ -46,6 +47,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <rc/rc.hpp>
@@ -93,6 +96,68 @@ std::vector<int> iota_values(std::size_t n) {
   return v;
 }
 
+/// Worker threads of every scenario's context (--threads).
+unsigned bench_threads = 1;
+
+rc::context_options bench_options() { return rc::context_options{.threads = bench_threads}; }
+
+/// A count bumped from the worker threads. Each thread has its own cache line (a shared counter
+/// would make two threads fight over one line on every exchange); the total is read after
+/// drain() or stop(), which every worker's last decrement of the context's work counter
+/// happens-before.
+class tally {
+ public:
+  tally() : id_(next_id()), one_thread_(bench_threads == 1) {}
+  tally(const tally&) = delete;
+  tally& operator=(const tally&) = delete;
+
+  void operator++() {
+    if (one_thread_) {  // a plain count, as before --threads existed
+      ++count_;
+      return;
+    }
+    // The last tally this thread bumped, in plain thread-locals (no initialisation guard).
+    thread_local std::uint64_t last_id = 0;
+    thread_local cell* last = nullptr;
+    if (last_id != id_) {
+      last = &cell_for_this_thread();
+      last_id = id_;
+    }
+    ++last->n;
+  }
+  std::size_t total() const {
+    std::lock_guard lock(mutex_);
+    std::size_t sum = count_;
+    for (const auto& c : cells_) sum += c->n;
+    return sum;
+  }
+
+ private:
+  struct alignas(64) cell {
+    std::size_t n = 0;
+  };
+  static std::uint64_t next_id() {
+    static std::atomic<std::uint64_t> ids{1};
+    return ids.fetch_add(1);
+  }
+  cell& cell_for_this_thread() {
+    // A thread counts for at most a few tallies (split_aggregate has two): a short list.
+    thread_local std::vector<std::pair<std::uint64_t, cell*>> mine;
+    for (auto& [id, c] : mine)
+      if (id == id_) return *c;
+    std::lock_guard lock(mutex_);
+    cells_.push_back(std::make_unique<cell>());
+    mine.emplace_back(id_, cells_.back().get());
+    return *cells_.back();
+  }
+
+  std::uint64_t id_;
+  bool one_thread_;
+  std::size_t count_ = 0;  // one thread: the only count
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<cell>> cells_;
+};
+
 struct run_config {
   std::size_t n;
   std::size_t max_keys;
@@ -122,8 +187,8 @@ enum class wrap { none, throttle, retry, timeout, timeout_route, concurrency, br
 /// exchanges shows in `completed`.
 template <class Source>
 result throughput(std::size_t n, Source make_source, wrap w, bool subscriber = false) {
-  rc::context ctx;
-  std::size_t completed = 0;  // worker thread only; read after drain()
+  rc::context ctx(bench_options());
+  tally completed;
   auto route = rc::craft().id("bench").from(make_source(iota_values(n)));
   auto count = [&completed](int v) {
     ++completed;
@@ -157,8 +222,8 @@ result throughput(std::size_t n, Source make_source, wrap w, bool subscriber = f
     case wrap::breaker_open: {
       // The first call fails and opens the breaker for an hour: every later call is refused and
       // the fallback's body goes on to noop. Measures the refusal path (lock, state check, fallback).
-      auto fail_first = [&completed, first = true](int v) mutable {
-        if (std::exchange(first, false)) throw std::runtime_error("down");
+      auto fail_first = [&completed, first = std::make_shared<std::atomic<bool>>(true)](int v) {
+        if (first->exchange(false)) throw std::runtime_error("down");
         ++completed;
         return v + 1;
       };
@@ -181,15 +246,15 @@ result throughput(std::size_t n, Source make_source, wrap w, bool subscriber = f
                   .to(rc::noop()));
       break;
   }
-  std::size_t seen = 0;
+  tally seen;
   rc::subscription sub;
   if (subscriber) sub = ctx.on("route:throttle:passed", [&seen](const rc::event&) { ++seen; });
 
   result r;
   r.seconds = run_to_idle(ctx);
-  r.figures["completed"] = completed;
+  r.figures["completed"] = completed.total();
   r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(n);
-  if (subscriber) r.figures["events_seen"] = seen;
+  if (subscriber) r.figures["events_seen"] = seen.total();
   return r;
 }
 
@@ -217,9 +282,9 @@ result events(const run_config& c) { return throughput(c.n, seq_source<int>, wra
 
 result split_aggregate(const run_config& c) {
   constexpr int fan_out = 10;
-  rc::context ctx;
-  std::size_t completed = 0;  // parents
-  std::size_t children = 0;
+  rc::context ctx(bench_options());
+  tally completed;  // parents
+  tally children;
   ctx.add(rc::craft()
               .id("split_aggregate")
               .from(seq_source(iota_values(c.n)))
@@ -240,8 +305,8 @@ result split_aggregate(const run_config& c) {
               .to(rc::noop()));
   result r;
   r.seconds = run_to_idle(ctx);
-  r.figures["completed"] = completed;
-  r.figures["children"] = children;
+  r.figures["completed"] = completed.total();
+  r.figures["children"] = children.total();
   r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(c.n);
   r.figures["ns_per_child"] = r.seconds * 1e9 / static_cast<double>(c.n * fan_out);
   return r;
@@ -329,8 +394,8 @@ class all_at_once final : public rc::source<int> {
 };
 
 result delay0(const run_config& c) {
-  rc::context ctx;
-  std::size_t completed = 0;
+  rc::context ctx(bench_options());
+  tally completed;
   ctx.add(rc::craft()
               .id("delay0")
               .from(all_at_once(iota_values(c.n)))
@@ -346,7 +411,7 @@ result delay0(const run_config& c) {
   // The source parks all N in delay's yield before the first one resumes, so the peak is the
   // moment every exchange was waiting.
   const double grown_mb = peak_rss_mb() - before;
-  r.figures["completed"] = completed;
+  r.figures["completed"] = completed.total();
   r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(c.n);
   r.figures["rss_waiting_mb"] = grown_mb;
   r.figures["bytes_per_waiting"] = grown_mb * 1024 * 1024 / static_cast<double>(c.n);
@@ -390,7 +455,8 @@ result pacing(const run_config& c) {
   const std::vector<double> floor_us = os_timer_lateness_us(1000);
   constexpr double rate = 1000;  // per second
   constexpr double burst = 1;
-  rc::context ctx;
+  rc::context ctx(bench_options());
+  std::mutex mutex;  // with several threads, steps run on any of them (1000/s: no contention)
   std::optional<rc::time_point> first_arrival;
   std::vector<rc::time_point> admitted;
   admitted.reserve(c.n);
@@ -398,10 +464,14 @@ result pacing(const run_config& c) {
               .id("pacing")
               .from(rc::simple(iota_values(c.n)))
               .process([&](rc::exchange&) {
+                std::lock_guard lock(mutex);
                 if (!first_arrival) first_arrival = ctx.now();
               })
               .throttle({.rate = rate, .burst = burst})
-              .to([&](int&) { admitted.push_back(ctx.now()); }));
+              .to([&](int&) {
+                std::lock_guard lock(mutex);
+                admitted.push_back(ctx.now());
+              }));
   result r;
   r.seconds = run_to_idle(ctx);
 
@@ -474,12 +544,16 @@ result pacing(const run_config& c) {
 // ---- inflight: a deep throttle backlog, then a graceful stop -----------------------------------
 
 result inflight(const run_config& c) {
-  rc::context ctx;
+  rc::context ctx(bench_options());
   std::atomic<std::size_t> admitted{0};
-  std::vector<rc::time_point> times;  // worker thread; read after stop() joined it
+  std::mutex mutex;                   // with several threads, steps run on any of them
+  std::vector<rc::time_point> times;  // read after stop() joined the workers
   times.reserve(c.n);
   ctx.add(rc::craft().id("inflight").from(rc::simple(iota_values(c.n))).throttle({.rate = 10}).to([&](int&) {
-    times.push_back(ctx.now());
+    {
+      std::lock_guard lock(mutex);
+      times.push_back(ctx.now());
+    }
     admitted.fetch_add(1, std::memory_order_relaxed);
   }));
   const double before = rss_mb();
@@ -513,12 +587,12 @@ result inflight(const run_config& c) {
 
 // ---- keys: one new key per exchange -------------------------------------------------------------
 
-result keys(const run_config& c) {
-  rc::context ctx;
-  std::size_t completed = 0;
+result keyed(const run_config& c, bool burst) {
+  rc::context ctx(bench_options());
+  tally completed;
   ctx.add(rc::craft()
               .id("keys")
-              .from(rc::sequence(iota_values(c.n)))
+              .from(burst ? rc::simple(iota_values(c.n)) : rc::sequence(iota_values(c.n)))
               // 1000/s: a bucket that took one token is full again (evictable) after 1 ms.
               .throttle({.rate = 1000,
                          .key = [](const rc::exchange& ex) { return "user-" + std::to_string(ex.body<int>()); },
@@ -532,14 +606,17 @@ result keys(const run_config& c) {
   result r;
   r.seconds = run_to_idle(ctx);
   const double grown_mb = rss_mb() - before;  // the table is still alive: the route owns it
-  r.figures["completed"] = completed;
-  r.figures["refused"] = c.n - completed;
+  r.figures["completed"] = completed.total();
+  r.figures["refused"] = c.n - completed.total();
   r.figures["max_keys"] = c.max_keys;
   r.figures["rss_table_mb"] = grown_mb;
   r.figures["bytes_per_key"] = grown_mb * 1024 * 1024 / static_cast<double>(std::min(c.n, c.max_keys));
   r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(c.n);
   return r;
 }
+
+result keys(const run_config& c) { return keyed(c, false); }
+result keys_burst(const run_config& c) { return keyed(c, true); }
 
 struct scenario {
   std::string_view name;
@@ -561,6 +638,7 @@ constexpr scenario scenarios[] = {
     {"pacing", 3'000, pacing},
     {"inflight", 100'000, inflight},
     {"keys", 1'000'000, keys},
+    {"keys_burst", 1'000'000, keys_burst},
     {"split_aggregate", 500'000, split_aggregate},
     {"choice", 5'000'000, choice},
     {"events", 2'000'000, events},
@@ -569,7 +647,8 @@ constexpr scenario scenarios[] = {
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr, "rc-bench: %s\nusage: rc-bench --scenario NAME [--n N] [--max-keys K]\nscenarios:", why);
+  std::fprintf(stderr,
+               "rc-bench: %s\nusage: rc-bench --scenario NAME [--n N] [--max-keys K] [--threads T]\nscenarios:", why);
   for (const auto& s : scenarios) std::fprintf(stderr, " %.*s", static_cast<int>(s.name.size()), s.name.data());
   std::fprintf(stderr, "\n");
   std::exit(2);
@@ -597,6 +676,8 @@ int main(int argc, char** argv) {
       n = parse_count(argv[++i]);
     else if (arg == "--max-keys")
       max_keys = parse_count(argv[++i]);
+    else if (arg == "--threads")
+      bench_threads = static_cast<unsigned>(std::min<std::size_t>(parse_count(argv[++i]), 256));
     else
       usage("unknown argument");
   }
@@ -611,6 +692,7 @@ int main(int argc, char** argv) {
     const double cpu = cpu_seconds() - cpu0;
     nlohmann::json out = {{"scenario", it->name},
                           {"n", config.n},
+                          {"threads", bench_threads},
                           {"seconds", r.seconds},
                           {"per_second", static_cast<double>(config.n) / r.seconds},
                           {"peak_rss_mb", peak_rss_mb()},

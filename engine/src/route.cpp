@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <iterator>
 #include <map>
 
 #include "rc/choice.hpp"
@@ -420,6 +423,61 @@ emit_awaiter source_context::emit(exchange ex) {
     return emit_awaiter(run_result{std::move(o), std::move(ex)});
   }
   return emit_awaiter(route_.process_from(std::move(ex), c, started, std::move(o)));
+}
+
+void route_runtime::run_batch(std::span<exchange> batch) noexcept {
+  std::size_t parked = 0;
+  for (exchange& ex : batch) {
+    time_point started{};
+    ex.set_route(this);
+    emit_started<false>(*this, ex, started);
+    outcome o;
+    if (all_sync_) {
+      o = run_steps_now(run_list_, ex);
+    } else {
+      route_runtime::step_cursor c;
+      if (!advance(run_list_, c, ex, o)) {
+        // Parked at a step that waits: from here it is a run of its own (end_run counts it out).
+        ++parked;
+        ctx_.work_started();
+        spawn_run(std::move(ex), c, started, std::move(o));
+        continue;
+      }
+    }
+    emit_ended<false>(*this, ex, o, started);
+  }
+  const std::size_t ended = batch.size() - parked;
+  // seq_cst, as in end_run.
+  if (ended > 0 && in_flight_.fetch_sub(ended) == ended && source_done_.load()) announce_stopped();
+  ctx_.work_finished();
+}
+
+void source_context::spawn_batch(std::span<exchange> batch) {
+  if (batch.empty()) return;
+  const std::size_t threads = route_.ctx().threads();
+  // Shares smaller than this cost more in hand-off (a post, perhaps a wake-up) than they save.
+  constexpr std::size_t min_share = 32;
+  if (threads < 2 || batch.size() < 2 * min_share) {
+    for (exchange& ex : batch) spawn(std::move(ex));
+    return;
+  }
+  const std::size_t shares = std::min(threads, batch.size() / min_share);
+  route_.in_flight_.fetch_add(batch.size(), std::memory_order_acq_rel);
+  // This thread keeps half a share: it has made the whole batch already, and the others' shares
+  // start while it runs its own. If the others fall behind, their shares wait in the executor's
+  // queue, and this thread takes them before it goes on when its source gives way (simple() does
+  // after each batch).
+  const std::size_t own = std::max<std::size_t>(1, batch.size() / (2 * shares));
+  const std::size_t share = (batch.size() - own) / (shares - 1);
+  for (std::size_t k = 1; k < shares; ++k) {
+    const auto first = batch.begin() + static_cast<std::ptrdiff_t>(own + (k - 1) * share);
+    const auto last = k + 1 == shares ? batch.end() : first + static_cast<std::ptrdiff_t>(share);
+    std::vector<exchange> part(std::make_move_iterator(first), std::make_move_iterator(last));
+    route_.ctx().work_started();
+    boost::asio::post(route_.ctx().io(), [rt = &route_, part = std::move(part)]() mutable { rt->run_batch(part); });
+  }
+  route_.ctx().work_started();
+  route_.run_batch(batch.first(own));
 }
 
 void source_context::spawn(exchange ex) {

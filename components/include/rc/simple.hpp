@@ -1,13 +1,17 @@
 // simple(values): one exchange per element, all started at once (each runs until its first
-// wait before the next starts), then the source is finished. simple(value): one exchange.
+// wait before the next starts), then the source is finished. On a context with several threads
+// they start in batches of 1024 shared out among the threads (source_context::spawn_batch), so
+// several exchanges run at once. simple(value): one exchange.
 // sequence(values): one at a time, each awaited before the next (natural backpressure).
 // generate(fn): calls fn() for the next body until it returns nullopt, one at a time.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <vector>
 
+#include "rc/context.hpp"
 #include "rc/endpoint.hpp"
 
 namespace rc {
@@ -18,6 +22,10 @@ class simple_source final : public source<T> {
   simple_source(std::vector<T> values, bool sequential) : values_(std::move(values)), sequential_(sequential) {}
   std::string_view adapter() const override { return sequential_ ? "sequence" : "simple"; }
   task<void> run(source_context& sc) override {
+    if (!sequential_ && sc.route().ctx().threads() > 1) {
+      co_await run_shared(sc);
+      co_return;
+    }
     std::size_t started = 0;
     for (auto& v : values_) {
       if (sc.stopping()) break;
@@ -34,7 +42,23 @@ class simple_source final : public source<T> {
   }
 
  private:
+  // Several threads: the values go out in batches that the threads share (spawn_batch), larger
+  // than yield_every since the other threads keep timers and sockets going meanwhile.
+  task<void> run_shared(source_context& sc) {
+    std::vector<exchange> batch;
+    batch.reserve(batch_size);
+    for (std::size_t i = 0; i < values_.size() && !sc.stopping(); i += batch_size) {
+      const std::size_t end = std::min(values_.size(), i + batch_size);
+      for (std::size_t k = i; k < end; ++k) batch.push_back(sc.make(std::move(values_[k])));
+      sc.spawn_batch(batch);
+      batch.clear();
+      co_await sc.route().clock().yield();
+    }
+    values_.clear();
+  }
+
   static constexpr std::size_t yield_every = 128;
+  static constexpr std::size_t batch_size = 1024;
   std::vector<T> values_;
   bool sequential_;
 };

@@ -78,6 +78,7 @@
 #include "rc/gates/count_min_sketch.hpp"
 #include "rc/gates/gate_decision.hpp"
 #include "rc/gates/keyed_lru.hpp"
+#include "rc/gates/spin_mutex.hpp"
 #include "rc/keys.hpp"
 #include "rc/route.hpp"
 #include "rc/step.hpp"
@@ -207,16 +208,28 @@ class gate_step final : public wrapper, public keyed_gate {
   }
 
   // A gate that may wait, around a synchronous step, whose pass is admitted at once: the pass
-  // and the step now, as run() would do them without waiting. Unkeyed gates with a plain state
-  // only: the decision is taken on a copy of the state, kept only when it admits, so a pass that
-  // must wait (or is refused) leaves no trace and run() takes it again.
+  // and the step now, as run() would do them without waiting. Gates with a plain state only: the
+  // decision is taken on a copy of the state, kept only when it admits, so a pass that must wait
+  // (or is refused) leaves no trace and resume() takes it again. A keyed gate selects its key
+  // here (once: the selector is a user callback) and hands it to resume() in `out.reason`; the
+  // key's entry may have been made meanwhile, in the state a new key starts in, which is what
+  // resume() would make.
   bool try_run_now(exchange& ex, route_runtime& rt, outcome& out) override {
     if constexpr (!traits.waits || !std::is_trivially_copyable_v<typename L::state>) {
       return false;
     } else {
-      if (keyed() || !inner_is_sync()) return false;
+      if (!inner_is_sync()) return false;
       arrival a;
-      if (!admit_now(ex, rt, a)) return false;
+      if (keyed()) {
+        if (std::exception_ptr failure = select_key(ex, a)) {
+          out = outcome::failed(std::move(failure));
+          return true;
+        }
+      }
+      if (!admit_now(ex, rt, a)) {
+        if (keyed()) out.reason = std::move(a.key);
+        return false;
+      }
       emit_passed(ex, rt, a, false, duration::zero());
       if constexpr (has_outcome) {
         if (watches_outcome()) {
@@ -234,9 +247,31 @@ class gate_step final : public wrapper, public keyed_gate {
     }
   }
 
-  task<outcome> run(exchange& ex, route_runtime& rt) override {
+  task<outcome> run(exchange& ex, route_runtime& rt) override { return run_from(ex, rt, no_key{}); }
+
+  // After try_run_now: a keyed gate whose inner step is synchronous has its key selected already.
+  task<outcome> resume(exchange& ex, route_runtime& rt, outcome partial) override {
+    if constexpr (traits.waits && std::is_trivially_copyable_v<typename L::state>) {
+      if (keyed() && inner_is_sync()) return run_from(ex, rt, std::move(partial.reason));
+    }
+    return run_from(ex, rt, no_key{});
+  }
+
+ private:
+  struct no_key {};
+
+  // run() proper; `selected` is the key try_run_now selected, or no_key (the frame of an unkeyed
+  // or not yet selected run keeps no room for it).
+  template <class Selected>
+  task<outcome> run_from(exchange& ex, route_runtime& rt, Selected selected) {
     arrival a;
-    std::exception_ptr failure = select_and_decide(ex, rt, a);  // one slot in the frame for both decisions
+    std::exception_ptr failure;  // one slot in the frame for both decisions
+    if constexpr (std::is_same_v<Selected, std::string>) {
+      a.key = std::move(selected);
+      failure = decide_now(ex, rt, a, nullptr);
+    } else {
+      failure = select_and_decide(ex, rt, a);
+    }
     if (failure) co_return outcome::failed(std::move(failure));
     if (a.decision.refused()) co_return refuse(ex, rt, a);
     bool waited = false;
@@ -285,7 +320,6 @@ class gate_step final : public wrapper, public keyed_gate {
     co_return co_await run_inner(ex, rt);
   }
 
- private:
   struct wait_queue {
     detail::gate_queue_node* head = nullptr;
     detail::gate_queue_node* tail = nullptr;
@@ -303,25 +337,31 @@ class gate_step final : public wrapper, public keyed_gate {
 
   bool keyed() const noexcept { return static_cast<bool>(common_.key); }
 
-  // The key, then the first decision. Null, or what the selector or the limiter threw. A
-  // selector that throws fails the exchange like any user callback: an rc::error as it is, any
-  // other exception as RC5001 (retryable) naming the gate's key option, with the original as cause.
-  // try_run_now's decision (unkeyed, plain state): true when admitted, the state then updated.
-  // A limiter that throws leaves it to run(), which fails the exchange.
+  // try_run_now's decision (plain state): true when admitted, the state then updated. A keyed
+  // gate's key is in a.key already; a key the table sends to the overflow is left to resume()
+  // (false). A limiter that throws leaves it to resume(), which fails the exchange.
   bool admit_now(exchange& ex, route_runtime& rt, arrival& a) {
     try {
+      // The key's hash before the lock: the lock is held for the table and the decision only.
+      const auto h = keyed() ? table_.hash(a.key) : typename keyed_lru<slot>::key_hash{};
+      if (keyed()) table_.prefetch(h);
       std::lock_guard lock(mutex_);
       a.now = rt.now();
+      slot* s = &single_;
+      if (keyed()) {
+        s = table_slot(a, h);
+        if (s == nullptr) return false;
+      }
       gate_arrival in{.now = a.now, .can_queue = false, .deadline = ex.deadline()};
       if constexpr (traits.queues) {
-        in.queued = single_.waiters;
+        in.queued = s->waiters;
         in.waiting = waiting_;
       }
-      typename L::state trial = single_.state;
+      typename L::state trial = s->state;
       a.t = ticket{};
       a.decision = limiter_.decide(trial, in, a.t);
       if (!a.decision.admitted()) return false;
-      single_.state = trial;
+      s->state = trial;
       counters_.passed_locked();
     } catch (...) {
       return false;
@@ -330,20 +370,29 @@ class gate_step final : public wrapper, public keyed_gate {
     return true;
   }
 
+  // The key, then the first decision. Null, or what the selector or the limiter threw. A
+  // selector that throws fails the exchange like any user callback: an rc::error as it is, any
+  // other exception as RC5001 (retryable) naming the gate's key option, with the original as cause.
   std::exception_ptr select_and_decide(exchange& ex, route_runtime& rt, arrival& a) {
     if (keyed()) {
-      try {
-        a.key = common_.key(ex);
-      } catch (const error&) {
-        return std::current_exception();
-      } catch (...) {
-        return std::make_exception_ptr(
-            error(errc::step_failed,
-                  fmt::format("{}({{ key }}) selector threw: {}", traits.option, message_of(std::current_exception())),
-                  true, std::current_exception()));
-      }
+      if (std::exception_ptr failure = select_key(ex, a)) return failure;
     }
     return decide_now(ex, rt, a, nullptr);
+  }
+
+  // A keyed gate's key into a.key. Null, or what the selector threw, as the exchange's failure.
+  std::exception_ptr select_key(exchange& ex, arrival& a) {
+    try {
+      a.key = common_.key(ex);
+    } catch (const error&) {
+      return std::current_exception();
+    } catch (...) {
+      return std::make_exception_ptr(
+          error(errc::step_failed,
+                fmt::format("{}({{ key }}) selector threw: {}", traits.option, message_of(std::current_exception())),
+                true, std::current_exception()));
+    }
+    return nullptr;
   }
 
   bool idle(const slot& s, time_point now) const {
@@ -368,16 +417,17 @@ class gate_step final : public wrapper, public keyed_gate {
   }
 
   // The key's slot in the table, made if needed; null sends the key to the overflow.
-  slot* table_slot(const arrival& a) {
+  slot* table_slot(const arrival& a) { return table_slot(a, table_.hash(a.key)); }
+  slot* table_slot(const arrival& a, typename keyed_lru<slot>::key_hash h) {
     // Only while the overflow holds something: a key that has hits counted (or exchanges waiting)
     // there and no entry in the table stays in the overflow.
     if constexpr (sketched) {
-      if (!sketch_.is_idle(a.now) && table_.find(a.key) == nullptr && !sketch_.cell_of(a.key).is_idle(a.now))
+      if (!sketch_.is_idle(a.now) && table_.find(a.key, h) == nullptr && !sketch_.cell_of(a.key).is_idle(a.now))
         return nullptr;
     } else if constexpr (traits.queues) {
-      if (single_.waiters != 0 && table_.find(a.key) == nullptr) return nullptr;
+      if (single_.waiters != 0 && table_.find(a.key, h) == nullptr) return nullptr;
     }
-    return table_.touch(a.key, [&](const slot& x) { return idle(x, a.now); });
+    return table_.touch(a.key, h, [&](const slot& x) { return idle(x, a.now); });
   }
 
   // Finds (or makes) the key's slot and asks the limiter; links a queue place when given one.
@@ -615,9 +665,11 @@ class gate_step final : public wrapper, public keyed_gate {
 
   L limiter_;
   gate_common common_;
-  mutable std::mutex mutex_;  // the states and queues: routes may run on several threads
-  slot single_;               // the one state of an unkeyed gate; the overflow state of a keyed one
-  gate_counters counters_;    // next to the state the decision has just written
+  // The states and queues: routes may run on several threads. A spin lock: the sections are
+  // short, and sleeping in the kernel for a taken lock cost more than they do (gates/spin_mutex.hpp).
+  mutable detail::spin_mutex mutex_;
+  slot single_;             // the one state of an unkeyed gate; the overflow state of a keyed one
+  gate_counters counters_;  // next to the state the decision has just written
   keyed_lru<slot> table_;
   [[no_unique_address]] sketch_type sketch_;  // the overflow of a hit-counting gate
   wait_queue single_queue_;

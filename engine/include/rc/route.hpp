@@ -142,6 +142,10 @@ class route_runtime {
   friend class context;
   friend class source_context;
   void begin_run(exchange& ex, time_point& started);
+  // Runs exchanges that in_flight_ counts already, and the context's work counts once for all
+  // of them (source_context::spawn_batch): counted per batch, not per exchange, so threads
+  // running batches do not write the same counters for every exchange. Never throws.
+  void run_batch(std::span<exchange> batch) noexcept;
   void end_run(exchange& ex, outcome& o, time_point started);
   // The lifecycle events of one exchange (a run's, or a split child's).
   void announce_started(const exchange& ex, time_point& started);
@@ -220,6 +224,11 @@ class source_context {
   [[nodiscard]] emit_awaiter emit(exchange ex);
   /// Starts the exchange and returns at its first wait; drain() waits for it.
   void spawn(exchange ex);
+  /// spawn() for each of `batch` (moved from), as one piece of work. On a context with several
+  /// threads the batch is shared out: the other threads take their share as one handler each
+  /// while this one runs its own. Exchanges of one batch may then run in any order, as they
+  /// would if spawned one by one from several threads.
+  void spawn_batch(std::span<exchange> batch);
   /// A fresh exchange carrying `body`, bound to this route.
   template <class T>
   exchange make(T&& body) {

@@ -12,11 +12,13 @@
 //   and never moved (hence the stable pointers). prev/next are uint32 slot numbers forming the LRU
 //   list. Keys up to 16 characters are stored in the slot, longer ones in an exact-size buffer.
 // - the index is open addressing with linear probing over uint32 entries, each packing a slot
-//   number with high hash bits as a tag, so a probe rarely touches a slot whose key cannot match.
-//   It doubles at 3/4 load and deletes by backward shift, so it needs no tombstones.
+//   number with a tag (bits mixed from the key's hash), so a probe rarely touches a slot whose key
+//   cannot match. It doubles at 3/4 load, refilled from the slots in memory order (a slot keeps
+//   its hash, the tag is computed from it), and deletes by backward shift, so it needs no tombstones.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <functional>
@@ -108,7 +110,29 @@ class keyed_lru {
   /// recently used entries passes can_evict(const State&).
   template <class CanEvict>
   State* touch(std::string_view key, CanEvict&& can_evict) {
-    const key_hash h = hash_of(key);
+    return touch(key, hash(key), can_evict);
+  }
+
+  /// A key's hash, as touch and find take it: a pure function of the key and max_keys, so a
+  /// caller may compute it before taking the lock that serialises the table.
+  struct key_hash {
+    std::uint32_t home;  // low hash bits: where probing starts; also kept in the slot
+    std::uint32_t tag;   // tag_of(home), positioned above the slot number
+  };
+  key_hash hash(std::string_view key) const noexcept { return hash_of(key); }
+
+  /// Starts loading the index line where the key's probe begins, so that the cache miss a large
+  /// table costs overlaps whatever the caller does before touch (taking its lock, reading the
+  /// clock). The one call that may come from any thread without the caller's lock: it reads a
+  /// copy of the index's place published for it, and a stale copy only prefetches a useless line.
+  void prefetch(key_hash h) const noexcept {
+    const std::uint32_t* index = index_hint_.load(std::memory_order_relaxed);
+    if (index != nullptr) __builtin_prefetch(index + (h.home & index_mask_hint_.load(std::memory_order_relaxed)));
+  }
+
+  /// touch with the key's hash(key) computed already.
+  template <class CanEvict>
+  State* touch(std::string_view key, key_hash h, CanEvict&& can_evict) {
     if (const std::uint32_t found = find_slot(key, h); found != nil) {
       move_to_front(found);
       return &at(found).state;
@@ -134,8 +158,10 @@ class keyed_lru {
   }
 
   /// Finds key without changing the LRU order.
-  State* find(std::string_view key) noexcept {
-    const std::uint32_t s = find_slot(key, hash_of(key));
+  State* find(std::string_view key) noexcept { return find(key, hash_of(key)); }
+  /// find with the key's hash(key) computed already.
+  State* find(std::string_view key, key_hash h) noexcept {
+    const std::uint32_t s = find_slot(key, h);
     return s == nil ? nullptr : &at(s).state;
   }
 
@@ -154,6 +180,7 @@ class keyed_lru {
     chunks_ = decltype(chunks_)();
     index_.reset();
     index_mask_ = 0;
+    publish_hint();
     slots_allocated_ = 0;
     heap_key_bytes_ = 0;
     size_ = 0;
@@ -180,15 +207,15 @@ class keyed_lru {
     detail::stored_key key;
   };
 
-  struct key_hash {
-    std::uint32_t home;  // low hash bits: where probing starts; also kept in the slot
-    std::uint32_t tag;   // high hash bits, positioned above the slot number
-  };
-
   key_hash hash_of(std::string_view key) const noexcept {
-    const auto h = static_cast<std::uint64_t>(std::hash<std::string_view>{}(key));
-    return {static_cast<std::uint32_t>(h), static_cast<std::uint32_t>(h >> 32) & ~slot_mask_};
+    const auto home = static_cast<std::uint32_t>(std::hash<std::string_view>{}(key));
+    return {home, tag_of(home)};
   }
+
+  // The tag comes from the home the slot keeps, so rebuilding the index reads the slots in order
+  // and never looks a key up; multiplying mixes every bit of the home into the high bits, which
+  // the probe position (the home's low bits) does not use.
+  std::uint32_t tag_of(std::uint32_t home) const noexcept { return (home * 0x9E3779B1u) & ~slot_mask_; }
 
   slot& at(std::uint32_t s) noexcept { return chunks_[s >> chunk_bits][s & chunk_mask]; }
   std::uint32_t slot_of(std::uint32_t entry) const noexcept { return (entry & slot_mask_) - 1; }
@@ -252,16 +279,16 @@ class keyed_lru {
     }
   }
 
+  // Every slot below size_ holds a key (a slot is only ever reused, never emptied), so the new
+  // index is filled from the slots in memory order: one pass over them, no random reads.
   void rebuild_index(std::size_t new_size) {
-    const std::size_t old_size = index_size();
-    auto old = std::exchange(index_, std::make_unique<std::uint32_t[]>(new_size));  // zeroed
+    index_ = std::make_unique<std::uint32_t[]>(new_size);  // zeroed; the old one kept if this throws
     index_mask_ = static_cast<std::uint32_t>(new_size - 1);
-    for (std::size_t i = 0; i < old_size; ++i) {
-      const std::uint32_t entry = old[i];
-      if (entry == 0) continue;
-      std::uint32_t pos = at(slot_of(entry)).key.hash() & index_mask_;
-      while (index_[pos] != 0) pos = (pos + 1) & index_mask_;
-      index_[pos] = entry;
+    publish_hint();
+    for (std::uint32_t s = 0; s < size_; s += chunk_mask + 1) {
+      const slot* chunk = chunks_[s >> chunk_bits].get();
+      const std::uint32_t n = std::min<std::uint32_t>(chunk_mask + 1, size_ - s);
+      for (std::uint32_t i = 0; i < n; ++i) insert_index(s + i, {chunk[i].key.hash(), tag_of(chunk[i].key.hash())});
     }
   }
 
@@ -296,6 +323,13 @@ class keyed_lru {
     heap_key_bytes_ = std::exchange(other.heap_key_bytes_, 0);
     chunks_ = std::exchange(other.chunks_, decltype(chunks_)());
     index_ = std::move(other.index_);
+    publish_hint();
+    other.publish_hint();
+  }
+
+  void publish_hint() noexcept {
+    index_hint_.store(index_.get(), std::memory_order_relaxed);
+    index_mask_hint_.store(index_mask_, std::memory_order_relaxed);
   }
 
   void move_to_front(std::uint32_t s) noexcept {
@@ -310,6 +344,10 @@ class keyed_lru {
   std::uint32_t head_ = nil;  // most recently used
   std::uint32_t tail_ = nil;  // least recently used
   std::uint32_t index_mask_ = 0;
+  // prefetch()'s copies of index_ and index_mask_ (possibly a mismatched pair: a prefetch of a
+  // wrong address does no harm).
+  std::atomic<const std::uint32_t*> index_hint_{nullptr};
+  std::atomic<std::uint32_t> index_mask_hint_{0};
   std::size_t slots_allocated_ = 0;
   std::size_t heap_key_bytes_ = 0;
   std::vector<std::unique_ptr<slot[]>> chunks_;
