@@ -13,6 +13,9 @@
 # When node and npm are available it then measures Express with express-rate-limit doing the same
 # work (bench/express, installed once into BUILD_DIR) in the same run, and prints express_*, the
 # ratios and target_met (both ratios >= 10 and zero errors). RC_BENCH_EXPRESS=0 skips it;
+# When redis-server is installed the gateway also serves the two paths with their counts in Redis
+# (rc::redis_store on a redis-server of its own, loopback): redis_ok_* and redis_limited_*, measured
+# in the same run. RC_BENCH_REDIS=0 skips them.
 # RC_BENCH_SECONDS sets the duration (default 3); RC_BENCH_THREADS the gateway's threads (1).
 #
 # Bounded: every wrk run has a hard timeout, every server start 10 s; servers are stopped on exit.
@@ -99,16 +102,46 @@ load() {
     'BEGIN { printf "%.1f", (n > 0 ? t * 1e6 / 100 / n : 0) }')"
 }
 
-start gateway "$gateway" --port 0 --quiet --threads "$threads"
+redis_args=()
+if [[ "${RC_BENCH_REDIS:-1}" != 0 ]] && command -v redis-server >/dev/null; then
+  redis_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  redis-server --port "$redis_port" --bind 127.0.0.1 --dir "$work" --save "" --appendonly no \
+    --logfile "$work/redis.log" &
+  redis_pid=$!
+  pids+=("$redis_pid")
+  for _ in $(seq 1 100); do
+    redis-cli -p "$redis_port" ping 2>/dev/null | grep -q PONG && break
+    sleep 0.1
+  done
+  redis_args=(--redis "127.0.0.1:$redis_port")
+fi
+
+start gateway "$gateway" --port 0 --quiet --threads "$threads" "${redis_args[@]}"
 load ok "http://127.0.0.1:$port/bench/ok" 2xx
 load limited "http://127.0.0.1:$port/bench/limited" 429
+if [[ ${#redis_args[@]} -gt 0 ]]; then
+  load redis_ok "http://127.0.0.1:$port/bench/redis-ok" 2xx
+  load redis_limited "http://127.0.0.1:$port/bench/redis-limited" 429
+fi
 stop_server
+if [[ -n "${redis_pid:-}" ]]; then
+  kill "$redis_pid" 2>/dev/null || true
+  wait "$redis_pid" 2>/dev/null || true
+fi
 
 echo "ok_rps $ok_rps"
 echo "ok_p99_ms $ok_p99_ms"
 echo "limited_rps $limited_rps"
 echo "limited_p99_ms $limited_p99_ms"
 echo "errors $((ok_errors + limited_errors))"
+if [[ ${#redis_args[@]} -gt 0 ]]; then
+  echo "redis_ok_rps $redis_ok_rps"
+  echo "redis_ok_p99_ms $redis_ok_p99_ms"
+  echo "redis_limited_rps $redis_limited_rps"
+  echo "redis_limited_p99_ms $redis_limited_p99_ms"
+  echo "redis_errors $((redis_ok_errors + redis_limited_errors))"
+  echo "# gateway CPU per request with the counts in Redis: ok ${redis_ok_cpu_us} us, limited ${redis_limited_cpu_us} us"
+fi
 echo "# $connections connections, ${seconds}s per path, $threads gateway thread(s), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# gateway CPU per request: ok ${ok_cpu_us} us, limited ${limited_cpu_us} us"
 echo "# status check (1 s each): ok $ok_2xx x 2xx, $ok_429 x 429; limited $limited_2xx x 2xx, $limited_429 x 429"

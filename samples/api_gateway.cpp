@@ -12,6 +12,8 @@
 //                             headers, 429 + Retry-After past it); all clients: 100/s, else 429
 //   GET /bench/ok             a per-client rate limit that never refuses (the load benchmark's 200)
 //   GET /bench/limited        10 per minute per client (the load benchmark's 429)
+//   GET /bench/redis-ok, /bench/redis-limited   the same two with the counts in Redis
+//                             (only with --redis HOST:PORT: rc::redis_store, docs/redis.md)
 //   GET /metrics, /health, /ready   Prometheus metrics, liveness, readiness (docs/http.md)
 //
 //   curl -i 'http://127.0.0.1:8080/api/hello?name=ada'
@@ -37,7 +39,9 @@ struct settings {
   unsigned threads = 1;
   bool quiet = false;
   bool self_test = false;
-  int seconds = 0;  // 0: until SIGINT / SIGTERM
+  int seconds = 0;         // 0: until SIGINT / SIGTERM
+  std::string redis_host;  // --redis HOST:PORT: the /bench/redis-* paths
+  std::uint16_t redis_port = 0;
 };
 
 int to_int(std::string_view option, const std::string& text) {
@@ -75,10 +79,17 @@ settings parse(int argc, char** argv) {
       s.seconds = to_int("--for", next());
     } else if (a == "--self-test") {
       s.self_test = true;
+    } else if (a == "--redis") {
+      const std::string text = next();
+      const auto colon = text.rfind(':');
+      const int port = colon == std::string::npos ? -1 : to_int("--redis", text.substr(colon + 1));
+      if (port < 1 || port > 65535) throw std::invalid_argument("--redis " + text + ": HOST:PORT");
+      s.redis_host = text.substr(0, colon);
+      s.redis_port = static_cast<std::uint16_t>(port);
     } else {
       fmt::print(stderr,
                  "usage: api_gateway [--listen ADDR:PORT | --port N] [--threads N] [--quiet] [--for SECONDS] "
-                 "[--self-test]\n");
+                 "[--self-test] [--redis HOST:PORT]\n");
       std::exit(2);
     }
   }
@@ -87,7 +98,7 @@ settings parse(int argc, char** argv) {
 }
 
 // The API and the two benchmark routes, all on one server.
-rc::http_source_endpoint add_routes(rc::context& ctx, const samples::listen_address& at) {
+rc::http_source_endpoint add_routes(rc::context& ctx, const samples::listen_address& at, rc::redis_connection* redis) {
   const std::string& host = at.host;
   const std::uint16_t port = at.port;
   auto hello = rc::http_source({.host = host,
@@ -138,6 +149,26 @@ rc::http_source_endpoint add_routes(rc::context& ctx, const samples::listen_addr
               .transform([](rc::http_request) {
                 return nlohmann::json{{"ok", true}};
               }));
+  if (redis != nullptr) {
+    // The same two, counted in Redis: what several instances behind a load balancer would share.
+    rc::rate_limit_options shared_ok = generous, shared_limited = strict;
+    shared_ok.store = rc::redis_store(*redis, {.prefix = "bench-ok"});
+    shared_limited.store = rc::redis_store(*redis, {.prefix = "bench-limited"});
+    ctx.add(rc::craft()
+                .id("bench-redis-ok")
+                .rate_limit(shared_ok)
+                .from(rc::http_source({.host = host, .port = port, .path = "/bench/redis-ok"}))
+                .transform([](rc::http_request) {
+                  return nlohmann::json{{"ok", true}};
+                }));
+    ctx.add(rc::craft()
+                .id("bench-redis-limited")
+                .rate_limit(shared_limited)
+                .from(rc::http_source({.host = host, .port = port, .path = "/bench/redis-limited"}))
+                .transform([](rc::http_request) {
+                  return nlohmann::json{{"ok", true}};
+                }));
+  }
   return hello;
 }
 
@@ -220,9 +251,12 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   rc::context ctx({.threads = s.threads, .shutdown_timeout = 5s});
+  std::unique_ptr<rc::redis_connection> redis;  // after ctx: closed before it goes
+  if (!s.redis_host.empty())
+    redis = std::make_unique<rc::redis_connection>(ctx, rc::redis_options{.host = s.redis_host, .port = s.redis_port});
   rc::http_source_endpoint hello = [&] {
     try {
-      return add_routes(ctx, s.listen);
+      return add_routes(ctx, s.listen, redis.get());
     } catch (const rc::error& e) {
       fmt::print(stderr, "api_gateway: {}\n", e.what());
       std::exit(1);

@@ -23,6 +23,8 @@
 #include "rc/parse.hpp"
 #include "rc/prometheus.hpp"
 #include "rc/recovery.hpp"
+#include "rc/redis.hpp"
+#include "rc/redis_store.hpp"
 #include "rc/route.hpp"
 #include "rc/simple.hpp"
 #include "rc/spy.hpp"

@@ -84,7 +84,9 @@ namespace rc {
   X(slow_down_rejected, "route:slowDown:rejected")            \
   X(rate_limit_passed, "route:rateLimit:passed")              \
   X(rate_limit_rejected, "route:rateLimit:rejected")          \
-  X(parse_failed, "route:parse:failed")
+  X(parse_failed, "route:parse:failed")                       \
+  X(store_failed, "route:store:failed")                       \
+  X(store_recovered, "route:store:recovered")
 
 enum class event_id : std::uint16_t {
 #define RC_EVENT_ENUM(id, name) id,

@@ -6,6 +6,7 @@
 #include "rc/context.hpp"
 #include "rc/gate_step.hpp"
 #include "rc/gates/limiters.hpp"
+#include "rc/gates/store_gate_step.hpp"
 
 namespace rc {
 
@@ -170,10 +171,104 @@ std::unique_ptr<step> make(rate_limit_options& o, std::unique_ptr<step> inner, s
                         std::move(inner), s);
 }
 
+// The counts in a decision_store: the store counts the hit (fixed window or sliding, as
+// `counting` says) and answers its number; the limit, notes and refusal are the in-memory gate's.
+struct rate_limit_store_policy {
+  static constexpr gate_traits traits = rate_limit_gate<fixed_window>::traits;
+  struct ticket {
+    std::uint64_t hits = 0;
+    duration reset{};
+  };
+
+  duration window{};
+  std::uint64_t limit = 0;
+  bool sliding = true;
+  std::string label;
+  std::string policy;
+  rate_limit_headers headers = rate_limit_headers::none;
+  std::shared_ptr<const refusal_shape> shape;
+
+  store_query query(std::string_view key, const gate_arrival&) const {
+    store_query q;
+    q.what = sliding ? store_query::kind::sliding_window : store_query::kind::fixed_window;
+    q.key = key;
+    q.window = window;
+    q.limit = limit;
+    return q;
+  }
+
+  gate_decision interpret(const store_answer& s, const gate_arrival&, ticket& t) const {
+    t.hits = s.hits;
+    t.reset = std::max(s.reset, duration::zero());
+    if (t.hits <= limit) return gate_decision::admit();
+    return gate_decision::refuse(std::max(limit == 0 ? s.reset : s.retry_after, duration::zero()));
+  }
+
+  void note(exchange& ex, route_runtime& rt, std::string_view key, ticket& t, const gate_decision& d) const {
+    limit_note note;
+    note.gate = "rateLimit";
+    note.label = label;
+    note.limit = limit;
+    note.used = t.hits;
+    note.remaining = rate_limit_remaining(limit, t.hits);
+    note.reset = t.reset;
+    note.window = window;
+    note.policy = policy;
+    note.key = key;
+    note.rejected = d.refused();
+    note.retry_after = d.refused() ? d.wait : duration::zero();
+    note.header_mode = headers;
+    if (includes(headers, rate_limit_headers::legacy)) note.wall_ms = rt.ctx().wall_time_ms();
+    ex.limit_notes().emplace_back(std::move(note));
+  }
+
+  void fields(nlohmann::json& j, const ticket& t, const gate_decision&, event_id) const {
+    j["hits"] = t.hits;
+    j["limit"] = limit;
+    j["remaining"] = rate_limit_remaining(limit, t.hits);
+    j["resetMs"] = to_ms(t.reset);
+  }
+
+  error refusal(std::string_view key, const ticket& t, const gate_decision& d) const {
+    limit_note note;
+    note.key = key;
+    note.used = t.hits;
+    note.remaining = rate_limit_remaining(limit, t.hits);
+    note.reset = t.reset;
+    note.retry_after = d.wait;
+    return error(errc::rate_limited, std::make_shared<const refusal_fields>(shape, note), true);
+  }
+};
+
+std::unique_ptr<step> make_store_rate_limit(rate_limit_options& o, std::unique_ptr<step> inner, scope s) {
+  if (o.skip_failed || o.skip_successful)
+    invalid_option("rate_limit", o.skip_failed ? "skip_failed" : "skip_successful",
+                   "false with a store (a shared count is not given back)", true);
+  rate_limit_store_policy p;
+  p.window = o.window;
+  p.limit = static_cast<std::uint64_t>(o.limit);
+  p.sliding = o.counting == counting::sliding;
+  p.label = o.label;
+  p.policy = o.policy.empty() ? rate_limit_policy_name(p.limit, o.window) : o.policy;
+  p.headers = o.headers;
+  p.shape = std::make_shared<const refusal_shape>(o, p.limit, p.policy);
+  std::unique_ptr<step> fallback;
+  if (o.store->on_error() == store_on_error::local) {
+    rate_limit_options local = o;
+    local.store = nullptr;
+    fallback = make_rate_limit(std::move(local), nullptr, s);
+  }
+  auto store = std::move(o.store);
+  return std::make_unique<store_gate_step<rate_limit_store_policy>>(
+      std::move(p), std::move(store), gate_common{std::move(o.key), o.max_keys, std::move(o.label)},
+      std::move(fallback), std::nullopt, std::move(inner), s);
+}
+
 }  // namespace
 
 std::unique_ptr<step> make_rate_limit(rate_limit_options options, std::unique_ptr<step> inner, scope s) {
   options.validate();
+  if (options.store) return make_store_rate_limit(options, std::move(inner), s);
   if (options.counting == counting::fixed) return make<fixed_window>(options, std::move(inner), s);
   return make<sliding_window>(options, std::move(inner), s);
 }

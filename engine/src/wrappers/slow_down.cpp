@@ -6,6 +6,7 @@
 #include "rc/gate_step.hpp"
 #include "rc/gates/limiters.hpp"
 #include "rc/gates/rate_limit_numbers.hpp"
+#include "rc/gates/store_gate_step.hpp"
 
 namespace rc {
 
@@ -110,10 +111,88 @@ std::unique_ptr<step> make(slow_down_options& o, std::unique_ptr<step> inner, sc
                         std::move(inner), s);
 }
 
+// The counts in a decision_store: the store counts the hit and answers its number; the delay
+// rule, the deadline check and the notes are the in-memory gate's.
+struct slow_down_store_policy {
+  static constexpr gate_traits traits = slow_down_gate<fixed_window>::traits;
+  using ticket = slow_down_limiter<fixed_window>::ticket;
+
+  slow_down_limiter<fixed_window> rule;  // delay_for() and the options; its counter is unused
+  bool sliding = true;
+  std::string label;
+
+  store_query query(std::string_view key, const gate_arrival&) const {
+    store_query q;
+    q.what = sliding ? store_query::kind::sliding_window : store_query::kind::fixed_window;
+    q.key = key;
+    q.window = rule.window;
+    q.limit = std::max<std::uint64_t>(rule.delay_after, 1);  // retry_after: when a hit is not delayed
+    return q;
+  }
+
+  gate_decision interpret(const store_answer& s, const gate_arrival& a, ticket& t) const {
+    t.at = a.now;
+    t.hit = hit_result{s.hits, a.now + s.reset, a.now + s.reset};
+    t.delay = rule.delay_for(s.hits);
+    if (t.delay == duration::zero()) return gate_decision::admit();
+    if (a.deadline && a.now + t.delay >= *a.deadline) {
+      t.time_left = std::max(*a.deadline - a.now, duration::zero());
+      return gate_decision::refuse(std::max(s.retry_after, duration::zero()));
+    }
+    return gate_decision::wait_for(t.delay);
+  }
+
+  void note(exchange& ex, route_runtime& rt, std::string_view key, ticket& t, const gate_decision& d) const {
+    gate().note(ex, rt, key, t, d);
+  }
+  void fields(nlohmann::json& j, const ticket& t, const gate_decision& d, event_id which) const {
+    gate().fields(j, t, d, which);
+  }
+  error refusal(std::string_view key, const ticket& t, const gate_decision& d) const {
+    const double ms = to_ms(d.wait);
+    std::string msg = gate().refusal_text(t, d, key.empty() ? std::nullopt : std::optional<std::string_view>(key));
+    msg += fmt::format(". Retry after ~{}ms.", static_cast<long long>(std::ceil(ms)));
+    nlohmann::json details = {{"gate", "slowDown"}, {"retry_after_ms", ms}};
+    if (!key.empty()) details["key"] = key;
+    if (!label.empty()) details["label"] = label;
+    gate().refusal_details(details, t, d);
+    return error(errc::rate_limited, std::move(msg), true, nullptr, std::move(details));
+  }
+
+  const slow_down_gate<fixed_window>& gate() const { return *format; }
+  // The in-memory gate's formatting, over the same options (built once, read-only after).
+  std::shared_ptr<const slow_down_gate<fixed_window>> format;
+};
+
+std::unique_ptr<step> make_store_slow_down(slow_down_options& o, std::unique_ptr<step> inner, scope s) {
+  slow_down_store_policy p;
+  p.rule.window = o.window;
+  p.rule.delay_after = static_cast<std::uint64_t>(o.delay_after);
+  p.rule.rule = o.delay;
+  p.rule.max_delay = o.max_delay;
+  p.sliding = o.counting == counting::sliding;
+  p.label = o.label;
+  auto format = std::make_shared<slow_down_gate<fixed_window>>();
+  static_cast<slow_down_limiter<fixed_window>&>(*format) = p.rule;
+  format->label = o.label;
+  p.format = std::move(format);
+  std::unique_ptr<step> fallback;
+  if (o.store->on_error() == store_on_error::local) {
+    slow_down_options local = o;
+    local.store = nullptr;
+    fallback = make_slow_down(std::move(local), nullptr, s);
+  }
+  auto store = std::move(o.store);
+  return std::make_unique<store_gate_step<slow_down_store_policy>>(
+      std::move(p), std::move(store), gate_common{std::move(o.key), o.max_keys, std::move(o.label)},
+      std::move(fallback), std::nullopt, std::move(inner), s);
+}
+
 }  // namespace
 
 std::unique_ptr<step> make_slow_down(slow_down_options options, std::unique_ptr<step> inner, scope s) {
   options.validate();
+  if (options.store) return make_store_slow_down(options, std::move(inner), s);
   if (options.counting == counting::fixed) return make<fixed_window>(options, std::move(inner), s);
   return make<sliding_window>(options, std::move(inner), s);
 }

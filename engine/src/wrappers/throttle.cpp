@@ -6,6 +6,7 @@
 
 #include "rc/gate_step.hpp"
 #include "rc/gates/limiters.hpp"
+#include "rc/gates/store_gate_step.hpp"
 
 namespace rc {
 
@@ -56,10 +57,91 @@ struct throttle_gate : throttle_limiter {
   void refusal_details(nlohmann::json&, const ticket&, const gate_decision&) const {}
 };
 
+// The bucket in a decision_store: GCRA there (one emission interval per token, a tolerance of
+// burst - 1 intervals), the same admissions as the token bucket. Delay mode reserves a place and
+// waits for it here; max_wait (and the exchange's deadline) is checked by the store before it
+// reserves, so a refusal takes nothing.
+struct throttle_store_policy {
+  static constexpr gate_traits traits = throttle_gate::traits;
+  struct ticket {};
+
+  throttle_mode mode = throttle_mode::delay;
+  duration interval{};
+  duration tolerance{};
+  std::optional<duration> max_wait;
+  std::string label;
+
+  store_query query(std::string_view key, const gate_arrival& a) const {
+    store_query q;
+    q.what = store_query::kind::throttle;
+    q.key = key;
+    q.interval = interval;
+    q.tolerance = tolerance;
+    q.reserve = mode == throttle_mode::delay;
+    q.max_wait = max_wait;
+    if (q.reserve && a.deadline) {
+      const duration left = std::max(*a.deadline - a.now, duration::zero());
+      q.max_wait = q.max_wait ? std::min(*q.max_wait, left) : left;
+    }
+    return q;
+  }
+
+  gate_decision interpret(const store_answer& s, const gate_arrival&, ticket&) const {
+    if (!s.admitted)
+      return gate_decision::refuse(
+          s.wait, mode == throttle_mode::reject ? "rate limit exceeded" : "wait would exceed max_wait");
+    return s.wait > duration::zero() ? gate_decision::wait_for(s.wait) : gate_decision::admit();
+  }
+
+  void note(exchange&, route_runtime&, std::string_view, ticket&, const gate_decision&) const {}
+
+  void fields(nlohmann::json& j, const ticket&, const gate_decision& d, event_id which) const {
+    if (which == event_id::throttle_delayed) j["waitMs"] = to_ms(d.wait);
+  }
+
+  error refusal(std::string_view key, const ticket&, const gate_decision& d) const {
+    const double ms = to_ms(d.wait);
+    std::string msg = "throttle rejected the exchange: ";
+    msg += d.reason ? d.reason : "rate limit exceeded";
+    if (!key.empty()) msg += fmt::format(" for key \"{}\"", key);
+    msg += fmt::format(". Retry after ~{}ms.", static_cast<long long>(std::ceil(ms)));
+    nlohmann::json details = {{"gate", "throttle"}, {"retry_after_ms", ms}};
+    if (!key.empty()) details["key"] = key;
+    if (!label.empty()) details["label"] = label;
+    return error(errc::rate_limited, std::move(msg), true, nullptr, std::move(details));
+  }
+};
+
+std::unique_ptr<step> make_store_throttle(throttle_options options, const bucket_params& params,
+                                          std::unique_ptr<step> inner, scope s) {
+  throttle_store_policy policy;
+  policy.mode = options.mode;
+  policy.interval = duration(static_cast<duration::rep>(std::ceil(params.interval_ns)));
+  policy.tolerance = duration(static_cast<duration::rep>(std::floor((params.capacity - 1) * params.interval_ns)));
+  policy.max_wait = options.max_wait;
+  policy.label = options.label;
+  std::unique_ptr<step> fallback;
+  if (options.store->on_error() == store_on_error::local) {
+    throttle_options local = options;
+    local.store = nullptr;
+    local.max_queue.reset();
+    fallback = make_throttle(std::move(local), nullptr, s);
+  }
+  auto store = std::move(options.store);
+  return std::make_unique<store_gate_step<throttle_store_policy>>(
+      std::move(policy), std::move(store),
+      gate_common{std::move(options.key), options.max_keys, std::move(options.label)}, std::move(fallback),
+      options.max_queue, std::move(inner), s);
+}
+
 }  // namespace
 
 std::unique_ptr<step> make_throttle(throttle_options options, std::unique_ptr<step> inner, scope s) {
   options.validate();
+  if (options.store) {
+    const bucket_params params = bucket_params::from(options.rate, to_duration(options.per), options.burst);
+    return make_store_throttle(std::move(options), params, std::move(inner), s);
+  }
   throttle_gate gate;
   gate.mode = options.mode;
   gate.max_wait = options.max_wait;

@@ -41,6 +41,8 @@
 
 namespace rc {
 
+class decision_store;  // rc/gates/decision_store.hpp
+
 struct rate_limit_options {
   static constexpr std::size_t default_max_keys = 10000;
   static constexpr std::size_t max_keys_limit = 1000000;
@@ -61,6 +63,9 @@ struct rate_limit_options {
   bool skip_failed = false;      // a failed downstream outcome gives the hit back
   bool skip_successful = false;  // a successful downstream outcome gives the hit back
   std::string policy;            // draft-8 quota name; empty = "<limit>-in-<window>" ("7-in-30sec")
+  /// A shared store (rc::redis_store): the counts live there, shared by every instance; none =
+  /// in memory (docs/redis.md).
+  std::shared_ptr<decision_store> store;
 
   void validate() const;
 };

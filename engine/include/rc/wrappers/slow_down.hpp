@@ -41,6 +41,8 @@
 
 namespace rc {
 
+class decision_store;  // rc/gates/decision_store.hpp
+
 namespace detail {
 template <class T>
 inline constexpr bool is_chrono_duration = false;
@@ -99,6 +101,9 @@ struct slow_down_options {
   std::size_t max_keys = default_max_keys;
   std::string label;
   rc::counting counting = rc::counting::sliding;
+  /// A shared store (rc::redis_store): the counts live there, shared by every instance; none =
+  /// in memory (docs/redis.md).
+  std::shared_ptr<decision_store> store;
 
   /// RC5003 on the first invalid option: window, delay_after, delay, max_delay, max_keys, counting.
   void validate() const;

@@ -29,6 +29,8 @@
 
 namespace rc {
 
+class decision_store;  // rc/gates/decision_store.hpp
+
 enum class throttle_mode { delay, reject };
 
 struct throttle_options {
@@ -44,6 +46,9 @@ struct throttle_options {
   std::string label;
   std::optional<duration> max_wait;      // delay mode: refuse instead of waiting longer
   std::optional<std::size_t> max_queue;  // delay mode: refuse when this many already wait
+  /// A shared store (rc::redis_store): the bucket lives there, shared by every instance; none =
+  /// in memory. max_queue then counts this instance's waiters (docs/redis.md).
+  std::shared_ptr<decision_store> store;
 
   /// RC5003 on the first invalid option, in the reference's order.
   void validate() const;

@@ -1,0 +1,292 @@
+// The gates on rc::redis_store against a real redis-server: exact decisions, a limit shared by two
+// contexts and by two processes under saturated traffic (real time, ~3 s each), and each
+// on_error mode while the server is killed and restarted.
+//
+// Two clocks are checked. The store's (admitAtUs: the server's TIME when it decided, plus the
+// reserved wait) must hold the bound exactly: it is what the store guarantees. The admissions as
+// the instances see them (CLOCK_MONOTONIC when the gate lets the exchange go) lag the store's
+// decision by a reply's trip, which varies; they hold the bound up to rate x that variation,
+// which the tests allow as `jitter_slack` (docs/redis.md, "What is guaranteed").
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "components/redis/flood.hpp"
+#include "support/dsl_support.hpp"
+#include "support/redis_server.hpp"
+#include "support/temp_dir.hpp"
+
+using namespace std::chrono_literals;
+using rc::test::flood_config;
+using rc::test::flood_result;
+using rc::test::max_excess;
+using rc::test::max_in_window;
+using rc::test::mono_ns;
+using rc::test::seconds_of_ns;
+using rc::test::seconds_of_us;
+
+namespace {
+
+// Admissions beyond burst + rate * t the instances' own clocks may show: a reply's trip varies by
+// a few ms on a loaded machine (the store's schedule itself is held exactly).
+constexpr double jitter_slack = 25;
+
+flood_result run_two_contexts(flood_config cfg) {
+  auto a = std::async(std::launch::async, [cfg] { return rc::test::run_flood(cfg); });
+  auto b = std::async(std::launch::async, [cfg] { return rc::test::run_flood(cfg); });
+  flood_result r = a.get();
+  r.merge(b.get());
+  return r;
+}
+
+flood_result run_two_processes(flood_config cfg) {
+  rc::test::temp_dir dir;
+  cfg.start_at_ns = mono_ns() + 500'000'000;  // both start at the same instant
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 2; ++i) {
+    const std::string out = dir / ("r" + std::to_string(i) + ".json");
+    const std::string arg = cfg.to_json().dump();
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::execl(RC_REDIS_FLOOD, RC_REDIS_FLOOD, arg.c_str(), out.c_str(), static_cast<char*>(nullptr));
+      std::_Exit(127);
+    }
+    pids.push_back(pid);
+  }
+  flood_result r;
+  for (int i = 0; i < 2; ++i) {
+    int status = 0;
+    ::waitpid(pids[static_cast<std::size_t>(i)], &status, 0);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    std::ifstream in(dir / ("r" + std::to_string(i) + ".json"));
+    std::stringstream s;
+    s << in.rdbuf();
+    r.merge(flood_result::from_json(nlohmann::json::parse(s.str())));
+  }
+  return r;
+}
+
+void check_shared_throttle(const flood_result& r, const flood_config& cfg) {
+  const double seconds = static_cast<double>(cfg.run_ms) / 1000.0;
+  INFO("exchanges " << r.exchanges << ", admitted " << r.admitted_ns.size() << ", rejected " << r.rejected);
+  REQUIRE(r.admit_at_us.size() == r.admitted_ns.size());
+  // Saturated: far more offered than the limit, and the limit is used, not starved.
+  CHECK(r.exchanges > 2 * (cfg.burst + cfg.rate * seconds));
+  CHECK(static_cast<double>(r.admitted_ns.size()) > 0.8 * cfg.rate * seconds);
+  const double store_excess = max_excess(seconds_of_us(r.admit_at_us), cfg.rate, cfg.burst);
+  const double local_excess = max_excess(seconds_of_ns(r.admitted_ns), cfg.rate, cfg.burst);
+  INFO("excess over burst + rate * t: store clock " << store_excess << ", instances' clock " << local_excess);
+  CHECK(store_excess <= 1e-3);
+  CHECK(local_excess <= jitter_slack);
+}
+
+}  // namespace
+
+TEST_CASE("redis store: throttle reject mode admits the burst exactly and refuses the rest with the retry-after",
+          "[redis]") {
+  rc::test::redis_server server;
+  rc::context ctx;
+  rc::redis_connection conn(ctx, {.port = server.port()});
+  auto store = rc::redis_store(conn, {.prefix = "exact", .timeout = 500ms});
+  rc::spy<int> out;
+  rc::test::event_recorder events(ctx);
+  ctx.add(rc::craft()
+              .id("t")
+              .from(rc::simple(std::vector<int>{1, 2, 3, 4, 5}))
+              .throttle({.rate = 10, .mode = rc::throttle_mode::reject, .burst = 3, .store = store})
+              .to(out));
+  ctx.start();
+  ctx.drain();
+  ctx.stop();
+  CHECK(out.bodies().size() == 3);
+  const auto rejected = events.named("route:throttle:rejected");
+  REQUIRE(rejected.size() == 2);
+  for (const auto& e : rejected) {
+    CHECK(e.details["store"] == "redis");
+    // One token every 100 ms: the first refusal waits for nearly all of it.
+    CHECK(e.details["retryAfterMs"].get<double>() > 50);
+    CHECK(e.details["retryAfterMs"].get<double>() <= 100);
+  }
+  CHECK(events.count("route:store:failed") == 0);
+  // The bucket is on the server, under the hash-tagged key.
+  CHECK(server.raw({"EXISTS", "{exact:}:tb"}) == ":1\r\n");
+}
+
+TEST_CASE("redis store: rate_limit counts on the server, keyed, fixed and sliding", "[redis]") {
+  rc::test::redis_server server;
+  for (auto counting : {rc::counting::fixed, rc::counting::sliding}) {
+    rc::context ctx;
+    rc::redis_connection conn(ctx, {.port = server.port()});
+    const std::string prefix = counting == rc::counting::fixed ? "rl-fixed" : "rl-sliding";
+    auto store = rc::redis_store(conn, {.prefix = prefix, .timeout = 500ms});
+    rc::spy<std::string> out;
+    rc::test::event_recorder events(ctx);
+    ctx.add(rc::craft()
+                .id("r")
+                .from(rc::sequence(std::vector<std::string>{"a", "a", "b", "a", "b", "a"}))
+                .rate_limit({.limit = 2,
+                             .window = 10s,
+                             .key = [](const rc::exchange& ex) { return ex.body<std::string>(); },
+                             .counting = counting,
+                             .store = store})
+                .to(out));
+    ctx.start();
+    ctx.drain();
+    ctx.stop();
+    CHECK(out.bodies() == std::vector<std::string>{"a", "a", "b", "b"});
+    const auto rejected = events.named("route:rateLimit:rejected");
+    REQUIRE(rejected.size() == 2);
+    CHECK(rejected[0].details["key"] == "a");
+    CHECK(rejected[0].details["hits"] == 3);
+    CHECK(rejected[1].details["hits"] == 4);  // refused hits count too
+    const double retry = rejected[0].details["retryAfterMs"].get<double>();
+    CHECK(retry > 9000);
+    CHECK(retry <= 10000);
+  }
+}
+
+TEST_CASE("redis store: two contexts in one process share one throttle of 1000 per s, burst 10", "[redis]") {
+  rc::test::redis_server server;
+  flood_config cfg;
+  cfg.port = server.port();
+  cfg.prefix = "two-contexts";
+  cfg.run_ms = 3000;
+  SECTION("reject mode") {
+    cfg.mode = "reject";
+    check_shared_throttle(run_two_contexts(cfg), cfg);
+  }
+  SECTION("delay mode, reservations admitted in order") {
+    cfg.mode = "delay";
+    cfg.prefix = "two-contexts-delay";
+    cfg.run_ms = 2000;
+    cfg.workers = 16;
+    check_shared_throttle(run_two_contexts(cfg), cfg);
+  }
+}
+
+TEST_CASE("redis store: two processes share one throttle of 1000 per s, burst 10", "[redis]") {
+  rc::test::redis_server server;
+  flood_config cfg;
+  cfg.port = server.port();
+  cfg.prefix = "two-processes";
+  cfg.run_ms = 3000;
+  check_shared_throttle(run_two_processes(cfg), cfg);
+}
+
+TEST_CASE("redis store: a sliding rate_limit shared by two processes holds across window edges", "[redis]") {
+  rc::test::redis_server server;
+  flood_config cfg;
+  cfg.port = server.port();
+  cfg.gate = "rate_limit";
+  cfg.counting = "sliding";
+  cfg.limit = 200;
+  cfg.window_ms = 500;
+  cfg.run_ms = 1800;  // three window edges
+  cfg.prefix = "sliding-shared";
+  const flood_result r = run_two_processes(cfg);
+  INFO("exchanges " << r.exchanges << ", admitted " << r.admitted_ns.size() << ", rejected " << r.rejected);
+  REQUIRE(r.admit_at_us.size() == r.admitted_ns.size());
+  CHECK(r.rejected > 0);
+  // Never more than the limit in any window on the server's clock; the count never under-counts.
+  CHECK(max_in_window(seconds_of_us(r.admit_at_us), 0.5) <= 200);
+  CHECK(max_in_window(seconds_of_ns(r.admitted_ns), 0.5) <= 200 + static_cast<std::size_t>(jitter_slack));
+  // And the limit is used: at least one window's worth per window elapsed, give or take the
+  // buckets' over-count (a tenth of the window).
+  CHECK(r.admitted_ns.size() >= 3 * 200 * 9 / 10);
+}
+
+TEST_CASE("redis store: killing and restarting redis-server, each on_error mode", "[redis]") {
+  rc::test::redis_server server;
+  flood_config cfg;
+  cfg.port = server.port();
+  cfg.run_ms = 3000;
+  cfg.timeout_ms = 50;
+  cfg.rate = 1000;
+  cfg.burst = 10;
+  std::int64_t killed_at = 0, restarted_at = 0;
+  auto outage = [&] {
+    std::this_thread::sleep_for(800ms);
+    killed_at = mono_ns();
+    server.kill();
+    std::this_thread::sleep_for(1000ms);
+    server.restart();
+    restarted_at = mono_ns();
+  };
+  // Admissions strictly inside the outage (margins for the connection to notice, either way).
+  auto during = [&](const flood_result& r) {
+    std::vector<std::int64_t> v;
+    for (auto t : r.admitted_ns)
+      if (t > killed_at + 100'000'000 && t < restarted_at - 50'000'000) v.push_back(t);
+    return v;
+  };
+  auto after = [&](const flood_result& r) {
+    std::size_t n = 0;
+    for (auto t : r.admitted_ns)
+      if (t > restarted_at + 300'000'000) ++n;
+    return n;
+  };
+
+  SECTION("fail_open: the outage passes everything, unmetered") {
+    cfg.on_error = "fail_open";
+    cfg.prefix = "kill-open";
+    const flood_result r = rc::test::run_flood(cfg, outage);
+    CHECK(during(r).size() > 2000);  // far over 1000 per s: nothing meters them
+    CHECK(r.store_refused == 0);
+    CHECK(r.store_failed_events >= 1);
+    CHECK(r.store_recovered_events >= 1);
+    CHECK(after(r) > 300);
+    CHECK(r.longest_exchange_ns < (cfg.timeout_ms + 150) * 1'000'000);
+  }
+  SECTION("fail_closed: the outage refuses everything") {
+    cfg.on_error = "fail_closed";
+    cfg.prefix = "kill-closed";
+    const flood_result r = rc::test::run_flood(cfg, outage);
+    CHECK(during(r).empty());
+    CHECK(r.store_refused > 0);
+    CHECK(r.store_failed_events >= 1);
+    CHECK(r.store_recovered_events >= 1);
+    CHECK(after(r) > 300);
+    CHECK(r.longest_exchange_ns < (cfg.timeout_ms + 150) * 1'000'000);
+  }
+  SECTION("local: the outage is metered by the in-process limiter") {
+    cfg.on_error = "local";
+    cfg.prefix = "kill-local";
+    cfg.workers = 1;  // one gate, so one fallback limiter (each gate has its own)
+    const flood_result r = rc::test::run_flood(cfg, outage);
+    const auto v = during(r);
+    CHECK(v.size() > 500);  // metered, not stopped
+    CHECK(max_excess(seconds_of_ns(v), cfg.rate, cfg.burst) <= 1e-6);
+    CHECK(r.store_failed_events >= 1);
+    CHECK(r.store_recovered_events >= 1);
+    CHECK(after(r) > 300);
+    CHECK(r.longest_exchange_ns < (cfg.timeout_ms + 150) * 1'000'000);
+  }
+}
+
+TEST_CASE("redis store: a server that stops answering costs each exchange at most the timeout", "[redis]") {
+  rc::test::redis_server server;
+  flood_config cfg;
+  cfg.port = server.port();
+  cfg.run_ms = 1500;
+  cfg.timeout_ms = 50;
+  cfg.on_error = "fail_open";
+  cfg.prefix = "paused";
+  const flood_result r = rc::test::run_flood(cfg, [&] {
+    std::this_thread::sleep_for(400ms);
+    server.pause();
+    std::this_thread::sleep_for(600ms);
+    server.resume();
+  });
+  CHECK(r.store_failed_events >= 1);
+  CHECK(r.store_recovered_events >= 1);
+  // Paused, the server answers nothing: every decision waits out its 50 ms timeout, no longer.
+  CHECK(r.longest_exchange_ns >= 45'000'000);
+  CHECK(r.longest_exchange_ns < 200'000'000);
+}
