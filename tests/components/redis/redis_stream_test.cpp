@@ -278,7 +278,7 @@ TEST_CASE("redis_stream child consumer", "[.redis-child]") {
   ctx.add(rc::craft()
               .id("doomed")
               .from(rc::redis_stream(conn, "jobs", {.group = "g", .consumer = "doomed", .max_in_flight = 50}))
-              .delay(1ms)
+              .delay(20ms)  // slow, so that it always holds entries when it is killed
               .to(recorder(conn, "jobs:out", "doomed")));
   ctx.start();
   for (;;) std::this_thread::sleep_for(1s);  // until killed
