@@ -382,3 +382,29 @@ TEST_CASE("cache: each bad option is RC5003 at the call, naming the option and t
       rc::craft().from(rc::simple(1)).cache({.max_entries = 0}), rc::error,
       rc_error(rc::errc::misconfigured, "cache({ max_entries }) must be an integer in [1, 10000000], got 0"));
 }
+
+TEST_CASE("cache: with on_provider_error bypass a failing get runs the step uncached, reported as cache:failed") {
+  rc::context ctx(rc::virtual_time);
+  event_recorder events(ctx);
+  int calls = 0;
+  auto step = [&](int v) {
+    ++calls;
+    return v + 1;
+  };
+  ctx.add(rc::craft()
+              .id("bypass")
+              .from(rc::simple(std::vector<int>{1, 1}))
+              .cache({.key = one_key,
+                      .provider = std::make_shared<broken_provider>(true, false),
+                      .on_provider_error = rc::cache_provider_error::bypass})
+              .transform(step));
+  ctx.start();
+  ctx.drain();
+  CHECK(calls == 2);  // no cache: each exchange runs the step
+  CHECK(events.count("route:exchange:completed") == 2);
+  CHECK(events.count("route:exchange:failed") == 0);
+  const auto failed = events.named("route:cache:failed");
+  REQUIRE(failed.size() == 2);
+  CHECK(failed[0].details["operation"] == "get");
+  CHECK(events.count("route:cache:stored") == 0);  // nothing stored while the store is away
+}

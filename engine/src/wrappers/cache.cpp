@@ -121,6 +121,10 @@ class cache_step final : public wrapper {
     try {
       hit = provider_->get_now(key, rt.clock());
     } catch (...) {
+      if (options_.on_provider_error == cache_provider_error::bypass) {
+        emit_failed(ex, rt, key, "get", std::current_exception());
+        return run_inner_now(ex, rt);
+      }
       return get_failed(ex, rt, key, std::current_exception());
     }
     if (hit) {
@@ -150,6 +154,12 @@ class cache_step final : public wrapper {
         hit = co_await provider_->get(key, rt.clock());
       } catch (...) {
         get_error = std::current_exception();
+      }
+      if (get_error && options_.on_provider_error == cache_provider_error::bypass) {
+        // The store is unreachable: run as if uncached, and store nothing (it would fail too).
+        emit_failed(ex, rt, key, "get", get_error);
+        if (inner_is_sync()) co_return run_inner_now(ex, rt);
+        co_return co_await run_inner(ex, rt);
       }
       if (get_error) co_return get_failed(ex, rt, key, get_error);
       if (hit) {

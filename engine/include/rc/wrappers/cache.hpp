@@ -9,8 +9,10 @@
 // - The provider stores copies (the body type must be copyable: a body that cannot be copied is
 //   not stored, route:cache:failed reports it with RC5003). The default is an in-memory LRU of
 //   `max_entries` entries expiring after `ttl` of engine time (virtual in tests).
-// - A provider failure on get fails the exchange with RC5028 (retryable); a failure on store
-//   never fails it (route:cache:failed {operation: "put"}).
+// - A provider failure on get fails the exchange with RC5028 (retryable), or with
+//   `on_provider_error = bypass` runs the step as if the cache were not there (no store); either
+//   way route:cache:failed {operation: "get"} reports it. A failure on store never fails the
+//   exchange (route:cache:failed {operation: "put"}).
 // - No stampede: while one exchange (the leader) runs the step for a key, other misses on the
 //   same key wait for its result and report route:cache:hit. If the leader fails or drops, the
 //   waiters try again and one of them leads. A waiter whose client went away (abort signal)
@@ -23,6 +25,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -80,6 +83,9 @@ class memory_cache_provider final : public cache_provider {
   std::unique_ptr<impl> impl_;
 };
 
+/// What a failing provider's get does to the exchange (a networked store that is down).
+enum class cache_provider_error : std::uint8_t { fail, bypass };
+
 struct cache_options {
   /// The cache key of an exchange. Default: the body's JSON text.
   std::function<std::string(const exchange&)> key;
@@ -89,6 +95,8 @@ struct cache_options {
   std::size_t max_entries = 1000;
   /// Where entries live. Default: a memory_cache_provider of max_entries, one per wrapper.
   std::shared_ptr<cache_provider> provider;
+  /// A get that fails: fail the exchange (RC5028) or run the step without the cache.
+  cache_provider_error on_provider_error = cache_provider_error::fail;
   std::string label;
 
   static constexpr std::size_t max_entries_limit = 10'000'000;
