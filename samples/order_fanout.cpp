@@ -48,8 +48,8 @@ int main() {
   // The catalogue: a SKU's unit price after a 20 ms lookup.
   ctx.add(rc::craft()
               .id("price")
-              .from(rc::direct<line>("price"))
-              .delay(20ms)
+              .from(rc::direct<line>("price"))  // serves "price": a line in, a quote out
+              .delay(20ms)                      // the lookup's latency
               .transform([](const line& l) {
                 auto it = catalogue.find(l.sku);
                 return quote{l.sku, it == catalogue.end() ? 0.0 : it->second};
@@ -59,8 +59,8 @@ int main() {
   auto deliver = [&](const char* queue) {
     return [&out, &ctx, queue](rc::exchange& ex) {
       const auto& o = ex.body<priced_order>();
-      out.push_back(fmt::format("{} -> {:<9} {} lines, total {:8.2f}, at {} ms", ex.header_or("order", "?"), queue,
-                                o.lines.size(), o.total, rc::to_ms(ctx.now())));
+      out.push_back(fmt::format("{} -> {:<10} {} line{}, total {:8.2f}, at {} ms", ex.header_or("order", "?"), queue,
+                                o.lines.size(), o.lines.size() == 1 ? "" : "s", o.total, rc::to_ms(ctx.now())));
     };
   };
 
@@ -74,7 +74,9 @@ int main() {
               .header("order", [](const rc::exchange& ex) { return ex.body<order>().id; })
               .split([](const order& o) { return o.lines; }, {.parallelism = 2})
               .enrich<quote>(rc::direct<line>("price"),
-                             [](line&& l, quote&& q) { return priced_line{l.sku, l.qty, q.unit_price}; })
+                             [](line&& l, quote&& q) {
+                               return priced_line{l.sku, l.qty, q.unit_price};
+                             })
               .validate([](const priced_line& l) {
                 if (l.unit_price <= 0) throw std::invalid_argument(fmt::format("{} is not in the catalogue", l.sku));
                 if (l.qty <= 0) throw std::invalid_argument(fmt::format("{}: qty must be > 0", l.sku));

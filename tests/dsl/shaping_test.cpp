@@ -389,7 +389,7 @@ TEST_CASE("batch: every item completes when folded in, every batch is an exchang
   CHECK(failed["exchangeId"] == ids[1].details["batchId"]);
 }
 
-TEST_CASE("batch: the batch carries the first item's correlation id; steps after it see the vector") {
+TEST_CASE("batch: the batch carries the first item's correlation id, steps after it see the vector") {
   rc::context ctx(rc::virtual_time);
   rc::spy<std::size_t> out;
   event_recorder events(ctx);
