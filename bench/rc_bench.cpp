@@ -111,19 +111,12 @@ class tally {
   tally(const tally&) = delete;
   tally& operator=(const tally&) = delete;
 
-  void operator++() {
-    if (one_thread_) {  // a plain count, as before --threads existed
-      ++count_;
+  [[gnu::always_inline]] void operator++() {
+    if (one_thread_) [[likely]] {  // a plain count, as before --threads existed: inlined, so
+      ++count_;                    // the one-thread figures measure the engine, not the tally
       return;
     }
-    // The last tally this thread bumped, in plain thread-locals (no initialisation guard).
-    thread_local std::uint64_t last_id = 0;
-    thread_local cell* last = nullptr;
-    if (last_id != id_) {
-      last = &cell_for_this_thread();
-      last_id = id_;
-    }
-    ++last->n;
+    bump_shared();
   }
   std::size_t total() const {
     std::lock_guard lock(mutex_);
@@ -133,6 +126,17 @@ class tally {
   }
 
  private:
+  [[gnu::noinline]] void bump_shared() {
+    // The last tally this thread bumped, in plain thread-locals (no initialisation guard).
+    thread_local std::uint64_t last_id = 0;
+    thread_local cell* last = nullptr;
+    if (last_id != id_) {
+      last = &cell_for_this_thread();
+      last_id = id_;
+    }
+    ++last->n;
+  }
+
   struct alignas(64) cell {
     std::size_t n = 0;
   };
