@@ -21,15 +21,11 @@ class simple_source final : public source<T> {
  public:
   simple_source(std::vector<T> values, bool sequential) : values_(std::move(values)), sequential_(sequential) {}
   std::string_view adapter() const override { return sequential_ ? "sequence" : "simple"; }
-  // Not a coroutine itself: it picks one, so the one-thread loop compiles exactly as it would
-  // alone (a shared frame with run_shared cost plain_seq about 25 instructions per exchange).
   task<void> run(source_context& sc) override {
-    if (!sequential_ && sc.route().ctx().threads() > 1) return run_shared(sc);
-    return run_one(sc);
-  }
-
- private:
-  task<void> run_one(source_context& sc) {
+    if (!sequential_ && sc.route().ctx().threads() > 1) {
+      co_await run_shared(sc);
+      co_return;
+    }
     std::size_t started = 0;
     for (auto& v : values_) {
       if (sc.stopping()) break;
@@ -45,6 +41,7 @@ class simple_source final : public source<T> {
     values_.clear();
   }
 
+ private:
   // Several threads: the values go out in batches that the threads share (spawn_batch), larger
   // than yield_every since the other threads keep timers and sockets going meanwhile.
   task<void> run_shared(source_context& sc) {
