@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "process_name.hpp"
 #include "rc/context.hpp"
 
 namespace rc {
@@ -150,17 +151,6 @@ void directory_options::validate() const {
 namespace {
 
 constexpr std::string_view op = "directory";
-
-std::string random_owner() {
-  char host[64] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  std::string h;
-  for (const char* c = host; *c; ++c)
-    h.push_back((std::isalnum(static_cast<unsigned char>(*c)) || *c == '-') ? *c : '_');
-  if (h.empty()) h = "host";
-  std::random_device rd;
-  return fmt::format("{}-{}-{:08x}", h, ::getpid(), rd());
-}
 
 void ensure_dir(const std::string& path) {
   if (::mkdir(path.c_str(), 0777) != 0 && errno != EEXIST) files::throw_errno(op, "create", path, errno);
@@ -291,7 +281,7 @@ task<void> directory_source::run(source_context& sc) {
   struct stat dst {};
   if (::stat(path_.c_str(), &dst) != 0) files::throw_errno(op, "watch", path_, errno);
   if (!S_ISDIR(dst.st_mode)) files::throw_errno(op, "watch", path_, ENOTDIR);
-  st.owner = o_.owner.empty() ? random_owner() : o_.owner;
+  st.owner = o_.owner.empty() ? detail::unique_process_name() : o_.owner;
   st.processing = path_ + "/.processing";
   st.done_dir = path_ + "/.done";
   st.error_dir = path_ + "/.error";

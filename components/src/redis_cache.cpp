@@ -7,22 +7,13 @@
 
 #include "rc/error.hpp"
 #include "rc/options.hpp"
+#include "redis_argv.hpp"
 
 namespace rc {
 
 namespace {
 
-/// A command's argv. Built by a plain function, into a named local before the co_await: g++ 12
-/// cannot compile a braced list of string literals inside a coroutine ("array used as
-/// initializer"), and frees a temporary std::string twice when a co_await's full-expression
-/// holds one across the suspension.
-template <class... A>
-std::vector<std::string> argv(A&&... a) {
-  std::vector<std::string> v;
-  v.reserve(sizeof...(a));
-  (v.emplace_back(std::forward<A>(a)), ...);
-  return v;
-}
+using detail::redis_argv;
 }  // namespace
 
 void redis_cache_options::validate() const {
@@ -50,7 +41,7 @@ task<redis_reply> redis_cache_provider::run(std::vector<std::string> args) {
 }
 
 task<std::optional<any_body>> redis_cache_provider::get(const std::string& key, const scheduler&) {
-  auto get = argv("GET", redis_key(key));
+  auto get = redis_argv("GET", redis_key(key));
   redis_reply r = co_await run(std::move(get));
   if (r.is_nil()) co_return std::nullopt;
   try {

@@ -11,8 +11,10 @@
 #include <random>
 #include <unordered_set>
 
+#include "process_name.hpp"
 #include "rc/context.hpp"
 #include "rc/error.hpp"
+#include "redis_argv.hpp"
 
 namespace rc {
 
@@ -20,17 +22,7 @@ namespace {
 
 constexpr std::string_view op = "redis_stream";
 
-/// A command's argv. Built by a plain function, into a named local before the co_await: g++ 12
-/// cannot compile a braced list of string literals inside a coroutine ("array used as
-/// initializer"), and frees a temporary std::string twice when a co_await's full-expression
-/// holds one across the suspension.
-template <class... A>
-std::vector<std::string> argv(A&&... a) {
-  std::vector<std::string> v;
-  v.reserve(sizeof...(a));
-  (v.emplace_back(std::forward<A>(a)), ...);
-  return v;
-}
+using detail::redis_argv;
 
 // Moves an entry to the dead-letter stream and acknowledges it, atomically, and only while it is
 // still pending on this consumer (another consumer that claimed it meanwhile owns it now).
@@ -41,17 +33,6 @@ if #p == 0 or p[1][2] ~= ARGV[3] then return 0 end
 redis.call('XADD', KEYS[2], '*', unpack(ARGV, 4))
 return redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 )lua";
-
-std::string random_consumer() {
-  char host[64] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  std::string h;
-  for (const char* c = host; *c; ++c)
-    h.push_back((std::isalnum(static_cast<unsigned char>(*c)) || *c == '-') ? *c : '_');
-  if (h.empty()) h = "host";
-  std::random_device rd;
-  return fmt::format("{}-{}-{:08x}", h, ::getpid(), rd());
-}
 
 long long whole_ms(duration d) { return std::chrono::ceil<std::chrono::milliseconds>(d).count(); }
 
@@ -254,7 +235,7 @@ struct reader {
   }
 
   task<void> ack(const entry& e) {
-    auto xack = argv("XACK", stream, o.group, e.id);
+    auto xack = redis_argv("XACK", stream, o.group, e.id);
     redis_reply r = co_await call(std::move(xack));
     if (r.integer > 0)
       st->n.acked.fetch_add(1, std::memory_order_relaxed);
@@ -308,7 +289,7 @@ struct reader {
       }
       if (o.retry_delay > duration::zero()) (void)co_await rt.clock().wait_until(rt.now() + o.retry_delay);
       // Claim it back (a new delivery, counted by Redis) unless another consumer has it now.
-      auto claim_back = argv("XCLAIM", stream, o.group, consumer, std::to_string(whole_ms(o.retry_delay)), e.id);
+      auto claim_back = redis_argv("XCLAIM", stream, o.group, consumer, std::to_string(whole_ms(o.retry_delay)), e.id);
       redis_reply c = co_await call(std::move(claim_back));
       auto again = parse_entries(c);
       if (again.empty()) co_return;  // acknowledged, deleted or claimed elsewhere
@@ -354,7 +335,7 @@ struct reader {
   }
 
   task<void> create_group() {
-    auto create = argv("XGROUP", "CREATE", stream, o.group, o.start, "MKSTREAM");
+    auto create = redis_argv("XGROUP", "CREATE", stream, o.group, o.start, "MKSTREAM");
     redis_reply r = co_await conn.command(std::move(create));
     if (r.is_error() && r.str.rfind("BUSYGROUP", 0) != 0)
       throw error(errc::step_failed, fmt::format("redis_stream(\"{}\"): XGROUP CREATE failed: {}", stream, r.str),
@@ -364,8 +345,8 @@ struct reader {
   /// XAUTOCLAIM entries idle for min_idle, up to `room`; returns the next cursor ("0-0": a cycle
   /// through the pending list is complete).
   task<std::string> claim(const std::string& cursor, std::size_t room) {
-    auto autoclaim = argv("XAUTOCLAIM", stream, o.group, consumer, std::to_string(whole_ms(o.min_idle)), cursor,
-                          "COUNT", std::to_string(room));
+    auto autoclaim = redis_argv("XAUTOCLAIM", stream, o.group, consumer, std::to_string(whole_ms(o.min_idle)), cursor,
+                                "COUNT", std::to_string(room));
     redis_reply r = co_await call(std::move(autoclaim));
     if (!r.is_array() || r.elements.size() < 2) co_return "0-0";
     std::string next = r.elements[0].str;
@@ -374,7 +355,8 @@ struct reader {
     // Their delivery counts (XAUTOCLAIM counted this delivery): one XPENDING over the claimed range.
     const auto [lo, hi] = std::minmax_element(entries.begin(), entries.end(),
                                               [](const entry& a, const entry& b) { return id_less(a.id, b.id); });
-    auto counts = argv("XPENDING", stream, o.group, lo->id, hi->id, std::to_string(entries.size() * 2 + 16), consumer);
+    auto counts =
+        redis_argv("XPENDING", stream, o.group, lo->id, hi->id, std::to_string(entries.size() * 2 + 16), consumer);
     redis_reply p = co_await call(std::move(counts));
     for (auto& e : entries)
       for (const auto& row : p.elements)
@@ -402,7 +384,7 @@ struct reader {
 
   /// Pending entries in the group (all consumers).
   task<long long> group_pending() {
-    auto summary = argv("XPENDING", stream, o.group);
+    auto summary = redis_argv("XPENDING", stream, o.group);
     redis_reply r = co_await call(std::move(summary));
     co_return r.is_array() && !r.elements.empty() ? r.elements[0].integer : 0;
   }
@@ -447,8 +429,8 @@ struct reader {
         what = "XREADGROUP";
         // Block no longer than until the next claim is due.
         const long long block_ms = std::min(whole_ms(o.block), std::max<long long>(1, whole_ms(next_claim - rt.now())));
-        auto read = argv("XREADGROUP", "GROUP", o.group, consumer, "COUNT", std::to_string(room), "BLOCK",
-                         std::to_string(block_ms), "STREAMS", stream, ">");
+        auto read = redis_argv("XREADGROUP", "GROUP", o.group, consumer, "COUNT", std::to_string(room), "BLOCK",
+                               std::to_string(block_ms), "STREAMS", stream, ">");
         redis_reply r = co_await blocking->command(std::move(read), read_timeout);
         if (r.is_error())
           throw error(errc::step_failed, fmt::format("redis_stream(\"{}\"): XREADGROUP failed: {}", stream, r.str),
@@ -506,7 +488,8 @@ task<void> redis_stream_endpoint::run(source_context& sc) {
   rt.intake().on_fire([weak = std::weak_ptr<redis_connection>(blocking)] {
     if (auto b = weak.lock()) b->close();
   });
-  reader r{sc, rt, *conn_, blocking, stream_, o_, o_.consumer.empty() ? random_consumer() : o_.consumer, st_};
+  reader r{sc, rt, *conn_, blocking, stream_, o_, o_.consumer.empty() ? detail::unique_process_name() : o_.consumer,
+           st_};
   co_await r.run();
   blocking->close();
 }
