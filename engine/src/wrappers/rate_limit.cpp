@@ -253,16 +253,9 @@ std::unique_ptr<step> make_store_rate_limit(rate_limit_options& o, std::unique_p
   p.policy = o.policy.empty() ? rate_limit_policy_name(p.limit, o.window) : o.policy;
   p.headers = o.headers;
   p.shape = std::make_shared<const refusal_shape>(o, p.limit, p.policy);
-  std::unique_ptr<step> fallback;
-  if (o.store->on_error() == store_on_error::local) {
-    rate_limit_options local = o;
-    local.store = nullptr;
-    fallback = make_rate_limit(std::move(local), nullptr, s);
-  }
-  auto store = std::move(o.store);
-  return std::make_unique<store_gate_step<rate_limit_store_policy>>(
-      std::move(p), std::move(store), gate_common{std::move(o.key), o.max_keys, std::move(o.label)},
-      std::move(fallback), std::nullopt, std::move(inner), s);
+  return make_store_gate(
+      std::move(p), std::move(o), std::nullopt,
+      [s](rate_limit_options local) { return make_rate_limit(std::move(local), nullptr, s); }, std::move(inner), s);
 }
 
 }  // namespace

@@ -177,16 +177,9 @@ std::unique_ptr<step> make_store_slow_down(slow_down_options& o, std::unique_ptr
   static_cast<slow_down_limiter<fixed_window>&>(*format) = p.rule;
   format->label = o.label;
   p.format = std::move(format);
-  std::unique_ptr<step> fallback;
-  if (o.store->on_error() == store_on_error::local) {
-    slow_down_options local = o;
-    local.store = nullptr;
-    fallback = make_slow_down(std::move(local), nullptr, s);
-  }
-  auto store = std::move(o.store);
-  return std::make_unique<store_gate_step<slow_down_store_policy>>(
-      std::move(p), std::move(store), gate_common{std::move(o.key), o.max_keys, std::move(o.label)},
-      std::move(fallback), std::nullopt, std::move(inner), s);
+  return make_store_gate(
+      std::move(p), std::move(o), std::nullopt,
+      [s](slow_down_options local) { return make_slow_down(std::move(local), nullptr, s); }, std::move(inner), s);
 }
 
 }  // namespace

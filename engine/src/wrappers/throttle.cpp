@@ -120,18 +120,14 @@ std::unique_ptr<step> make_store_throttle(throttle_options options, const bucket
   policy.tolerance = duration(static_cast<duration::rep>(std::floor((params.capacity - 1) * params.interval_ns)));
   policy.max_wait = options.max_wait;
   policy.label = options.label;
-  std::unique_ptr<step> fallback;
-  if (options.store->on_error() == store_on_error::local) {
-    throttle_options local = options;
-    local.store = nullptr;
-    local.max_queue.reset();
-    fallback = make_throttle(std::move(local), nullptr, s);
-  }
-  auto store = std::move(options.store);
-  return std::make_unique<store_gate_step<throttle_store_policy>>(
-      std::move(policy), std::move(store),
-      gate_common{std::move(options.key), options.max_keys, std::move(options.label)}, std::move(fallback),
-      options.max_queue, std::move(inner), s);
+  const auto max_queue = options.max_queue;
+  return make_store_gate(
+      std::move(policy), std::move(options), max_queue,
+      [s](throttle_options local) {
+        local.max_queue.reset();  // the store gate bounds the queue; the fallback only meters
+        return make_throttle(std::move(local), nullptr, s);
+      },
+      std::move(inner), s);
 }
 
 }  // namespace

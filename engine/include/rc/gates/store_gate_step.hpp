@@ -256,4 +256,21 @@ class store_gate_step final : public wrapper, public keyed_gate {
   gate_counters counters_;
 };
 
+/// The store gate for a gate's options `o` (with `.store` set): when `on_error` is `local`, its
+/// in-process twin, `make_local(o without the store)`, is the fallback; then the step itself.
+template <class P, class Options, class MakeLocal>
+std::unique_ptr<step> make_store_gate(P policy, Options o, std::optional<std::size_t> max_waiting, MakeLocal make_local,
+                                      std::unique_ptr<step> inner, rc::scope s) {
+  std::unique_ptr<step> fallback;
+  if (o.store->on_error() == store_on_error::local) {
+    Options local = o;
+    local.store = nullptr;
+    fallback = make_local(std::move(local));
+  }
+  auto store = std::move(o.store);
+  return std::make_unique<store_gate_step<P>>(std::move(policy), std::move(store),
+                                              gate_common{std::move(o.key), o.max_keys, std::move(o.label)},
+                                              std::move(fallback), max_waiting, std::move(inner), s);
+}
+
 }  // namespace rc
