@@ -348,12 +348,23 @@ TEST_CASE("redis_stream: 10,000 entries, three consumers, one killed mid-batch: 
   b.ctx.start();
 
   wait_out(3000);
+  // Kill it while it holds entries (read, maybe processed, not acknowledged). Between two reads it
+  // may briefly hold none, so freeze it first, let the commands it had already sent reach the
+  // server, and count what it holds; if that is nothing, let it run a little and try again.
+  std::size_t held = 0;
+  for (int attempt = 0; attempt < 200 && held == 0; ++attempt) {
+    ::kill(child, SIGSTOP);
+    std::this_thread::sleep_for(50ms);
+    held = redis.cmd({"XPENDING", "jobs", "g", "-", "+", "1000", "doomed"}).elements.size();
+    if (held == 0) {
+      ::kill(child, SIGCONT);
+      std::this_thread::sleep_for(7ms);
+    }
+  }
+  REQUIRE(held > 0);
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   child = 0;
-  // It died holding entries: read, maybe processed, not acknowledged.
-  const auto held = redis.cmd({"XPENDING", "jobs", "g", "-", "+", "1000", "doomed"}).elements.size();
-  CHECK(held > 0);
 
   within(60s, [&] {
     a.ctx.drain();
