@@ -10,9 +10,15 @@
 # statuses are then checked in a 1 s run per path that counts every response (2xx, 429, other).
 # Lines starting with '#' add detail: counts, the gateway's CPU time per request, the load.
 #
+# When nginx is installed it then measures nginx doing the same work (bench/nginx/nginx.conf:
+# limit_req, 429 past 10 a minute) with RC_BENCH_THREADS workers, same load and duration, and
+# prints nginx_*, its CPU per request (utime + stime of its workers over the run, per request,
+# as for the gateway) and the gateway / nginx ratios. RC_BENCH_NGINX=0 skips it.
+#
 # When node and npm are available it then measures Express with express-rate-limit doing the same
 # work (bench/express, installed once into BUILD_DIR) in the same run, and prints express_*, the
-# ratios and target_met (both ratios >= 10 and zero errors). RC_BENCH_EXPRESS=0 skips it;
+# ratios and target_met: both Express ratios >= 20, both nginx ratios >= 1 when nginx was
+# measured, and zero errors. RC_BENCH_EXPRESS=0 skips it;
 # When redis-server is installed the gateway also serves the two paths with their counts in Redis
 # (rc::redis_store on a redis-server of its own, loopback): redis_ok_* and redis_limited_*, measured
 # in the same run. RC_BENCH_REDIS=0 skips them.
@@ -71,7 +77,15 @@ stop_server() {
   pids=()
 }
 
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
+# CPU ticks (utime + stime, all threads) of the processes serving: $cpu_pids, else $server_pid.
+cpu_pids=()
+cpu_ticks() {
+  local pid total=0
+  for pid in "${cpu_pids[@]:-$server_pid}"; do
+    total=$((total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat")))
+  done
+  echo "$total"
+}
 
 # wrk_run DURATION URL [count]: one wrk run; prints its "name value" lines.
 wrk_run() {
@@ -146,6 +160,47 @@ echo "# $connections connections, ${seconds}s per path, $threads gateway thread(
 echo "# gateway CPU per request: ok ${ok_cpu_us} us, limited ${limited_cpu_us} us"
 echo "# status check (1 s each): ok $ok_2xx x 2xx, $ok_429 x 429; limited $limited_2xx x 2xx, $limited_429 x 429"
 
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
+
+if [[ "${RC_BENCH_NGINX:-1}" != 0 ]] && command -v nginx >/dev/null; then
+  nginx_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  mkdir -p "$work/nginx/empty"
+  sed -e "s|@WORKERS@|$threads|" -e "s|@PORT@|$nginx_port|" -e "s|@DIR@|$work/nginx|g" \
+    "$here/nginx/nginx.conf" >"$work/nginx/nginx.conf"
+  nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" >"$work/nginx.log" 2>&1 &
+  server_pid=$!
+  pids+=("$server_pid")
+  for _ in $(seq 1 100); do
+    mapfile -t cpu_pids < <(pgrep -P "$server_pid" || true)
+    [[ ${#cpu_pids[@]} -ge $threads ]] && curl -so /dev/null "http://127.0.0.1:$nginx_port/bench/ok" && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [[ ${#cpu_pids[@]} -lt $threads ]]; then
+    echo "http_load: nginx did not start:" >&2
+    cat "$work/nginx.log" >&2
+    exit 1
+  fi
+  load nginx_ok "http://127.0.0.1:$nginx_port/bench/ok" 2xx
+  load nginx_limited "http://127.0.0.1:$nginx_port/bench/limited" 429
+  cpu_pids=()
+  stop_server
+  echo "nginx_ok_rps $nginx_ok_rps"
+  echo "nginx_ok_p99_ms $nginx_ok_p99_ms"
+  echo "nginx_limited_rps $nginx_limited_rps"
+  echo "nginx_limited_p99_ms $nginx_limited_p99_ms"
+  echo "nginx_errors $((nginx_ok_errors + nginx_limited_errors))"
+  nginx_ok_ratio="$(ratio "$ok_rps" "$nginx_ok_rps")"
+  nginx_limited_ratio="$(ratio "$limited_rps" "$nginx_limited_rps")"
+  echo "nginx_ok_ratio $nginx_ok_ratio"
+  echo "nginx_limited_ratio $nginx_limited_ratio"
+  echo "# nginx ($threads worker(s)) CPU per request: ok ${nginx_ok_cpu_us} us, limited ${nginx_limited_cpu_us} us"
+  echo "# CPU per request, gateway / nginx: ok $(ratio "$ok_cpu_us" "$nginx_ok_cpu_us"), limited $(ratio "$limited_cpu_us" "$nginx_limited_cpu_us")"
+  echo "# nginx status check (1 s each): ok $nginx_ok_2xx x 2xx, $nginx_ok_429 x 429; limited $nginx_limited_2xx x 2xx, $nginx_limited_429 x 429"
+else
+  echo "# nginx baseline skipped (RC_BENCH_NGINX=0, or no nginx)"
+fi
+
 if [[ "${RC_BENCH_EXPRESS:-1}" = 0 ]] || ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   echo "# express baseline skipped (RC_BENCH_EXPRESS=0, or no node/npm)"
   exit 0
@@ -165,7 +220,6 @@ load express_ok "http://127.0.0.1:$port/bench/ok" 2xx
 load express_limited "http://127.0.0.1:$port/bench/limited" 429
 stop_server
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b > 0 ? a / b : 0) }'; }
 ok_ratio="$(ratio "$ok_rps" "$express_ok_rps")"
 limited_ratio="$(ratio "$limited_rps" "$express_limited_rps")"
 echo "express_ok_rps $express_ok_rps"
@@ -177,8 +231,8 @@ echo "# express CPU per request: ok ${express_ok_cpu_us} us, limited ${express_l
 echo "ok_ratio $ok_ratio"
 echo "limited_ratio $limited_ratio"
 met=no
-if awk -v a="$ok_ratio" -v b="$limited_ratio" 'BEGIN { exit !(a >= 10 && b >= 10) }' &&
-  [[ $((ok_errors + limited_errors)) -eq 0 ]]; then
+if awk -v a="$ok_ratio" -v b="$limited_ratio" -v c="${nginx_ok_ratio:-1}" -v d="${nginx_limited_ratio:-1}" \
+  'BEGIN { exit !(a >= 20 && b >= 20 && c >= 1 && d >= 1) }' && [[ $((ok_errors + limited_errors)) -eq 0 ]]; then
   met=yes
 fi
 echo "target_met $met"
