@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,28 @@
 #include "rc/route.hpp"
 
 namespace rc::http_detail {
+
+/// A callable passed down for the length of one call, without a std::function's allocation.
+template <class Signature>
+class function_ref;
+template <class R, class... Args>
+class function_ref<R(Args...)> {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, function_ref>>>
+  function_ref(F&& f) noexcept  // NOLINT(google-explicit-constructor): lambdas convert
+      : object_(const_cast<void*>(static_cast<const void*>(&f))), call_([](void* o, Args... args) -> R {
+          return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<Args>(args)...);
+        }) {}
+  R operator()(Args... args) const { return call_(object_, std::forward<Args>(args)...); }
+
+ private:
+  void* object_;
+  R (*call_)(void*, Args...);
+};
+
+/// rate_limit_headers_of(note) without building a list: calls emit(name, value) for each header,
+/// in the same order and bytes. A value is valid only during its call.
+void each_rate_limit_header(const limit_note& note, function_ref<void(std::string_view, std::string_view)> emit);
 
 // ---- addresses ------------------------------------------------------------------------------
 
@@ -52,11 +75,46 @@ class client_resolver {
 
 // ---- responses ------------------------------------------------------------------------------
 
+/// A response's extra headers. The connection reuses one response_parts from request to request:
+/// clear() keeps the strings (and their capacity), so a steady stream of responses allocates
+/// nothing here.
+class response_headers {
+ public:
+  using value_type = std::pair<std::string, std::string>;
+  void emplace_back(std::string_view name, std::string_view value) {
+    if (used_ == items_.size()) items_.emplace_back();
+    auto& [k, v] = items_[used_++];
+    k.assign(name);
+    v.assign(value);
+  }
+  value_type* begin() noexcept { return items_.data(); }
+  value_type* end() noexcept { return items_.data() + used_; }
+  const value_type* begin() const noexcept { return items_.data(); }
+  const value_type* end() const noexcept { return items_.data() + used_; }
+  std::size_t size() const noexcept { return used_; }
+  bool empty() const noexcept { return used_ == 0; }
+  void clear() noexcept { used_ = 0; }
+  /// First value of a header, compared case-insensitively; null when absent.
+  const std::string* find(std::string_view name) const noexcept;
+
+ private:
+  std::vector<value_type> items_;
+  std::size_t used_ = 0;
+};
+
 struct response_parts {
   int status = 200;
   std::string content_type;
   std::string body;
-  http_headers headers;
+  response_headers headers;
+
+  /// Back to a fresh 200 with nothing in it, keeping the buffers.
+  void reset() noexcept {
+    status = 200;
+    content_type.clear();
+    body.clear();
+    headers.clear();
+  }
 };
 
 std::string_view reason_phrase(int status) noexcept;
@@ -65,14 +123,14 @@ std::string_view reason_phrase(int status) noexcept;
 std::string error_body(std::string_view code, std::string_view message);
 response_parts error_response(int status, std::string_view code, std::string_view message);
 
-/// The response for a finished run: the final body on success, the mapped status on failure,
-/// plus the headers the gates attached. Consumes the exchange's body.
-response_parts response_for(outcome& result, exchange& ex);
+/// The response for a finished run, into `r` (reset first): the final body on success, the
+/// mapped status on failure, plus the headers the gates attached. Consumes the exchange's body.
+void response_for(outcome& result, exchange& ex, response_parts& r);
 
 /// Adds a rate-limit header the way express-rate-limit composes several limiters: draft-8
 /// structured values (quoted policy names) append, anything else replaces the earlier value;
 /// an identical name and value is kept once.
-void merge_header(http_headers& out, std::string_view name, std::string_view value);
+void merge_header(response_headers& out, std::string_view name, std::string_view value);
 
 /// "HTTP/1.1 <status> <reason>", Date (unless the headers carry one), Content-Type, Content-Length,
 /// Connection, the headers; then the body unless `head`. Header lines with CR or LF are skipped.

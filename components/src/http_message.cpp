@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 
@@ -21,6 +23,18 @@ namespace {
 /// JSON text for the wire: invalid UTF-8 is replaced, never thrown about.
 std::string wire_json(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+/// wire_json(j), written over `out`: what dump() does, with this thread's serializer and buffer
+/// instead of a new adapter, locale lookup and string per response.
+void wire_json_into(std::string& out, const nlohmann::json& j) {
+  using serializer = nlohmann::detail::serializer<nlohmann::json>;
+  thread_local std::string text;
+  thread_local serializer writer(nlohmann::detail::output_adapter<char, std::string>(text), ' ',
+                                 nlohmann::json::error_handler_t::replace);
+  text.clear();
+  writer.dump(j, false, false, 0);
+  out.assign(text);
 }
 }  // namespace
 
@@ -197,12 +211,19 @@ bool valid_header_text(std::string_view s) noexcept {
   return std::none_of(s.begin(), s.end(), [](char c) { return c == '\r' || c == '\n'; });
 }
 
+// RFC 9110 token characters, by byte.
+constexpr std::array<bool, 256> token_chars = [] {
+  std::array<bool, 256> t{};
+  for (int c = 'a'; c <= 'z'; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (int c = 'A'; c <= 'Z'; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (char c : std::string_view("!#$%&'*+-.^_`|~")) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}();
+
 bool valid_header_name(std::string_view s) noexcept {
   if (s.empty()) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {  // RFC 9110 token characters
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
-  });
+  return std::all_of(s.begin(), s.end(), [](char c) { return token_chars[static_cast<unsigned char>(c)]; });
 }
 
 // Headers the server owns: a forwarded response must not bring its own framing.
@@ -213,7 +234,7 @@ bool hop_by_hop(std::string_view name) noexcept {
   return false;
 }
 
-void append_json_headers(http_headers& out, const nlohmann::json& list) {
+void append_json_headers(response_headers& out, const nlohmann::json& list) {
   // [[name, value], ...], [{"name":..,"value":..}, ...] or {name: value}
   if (list.is_object()) {
     for (const auto& [k, v] : list.items()) merge_header(out, k, v.is_string() ? v.get<std::string>() : wire_json(v));
@@ -231,9 +252,9 @@ void append_json_headers(http_headers& out, const nlohmann::json& list) {
   }
 }
 
-void apply_limit_notes(http_headers& out, const exchange& ex) {
+void apply_limit_notes(response_headers& out, const exchange& ex) {
   for (const auto& note : ex.limit_notes())
-    for (const auto& [k, v] : rate_limit_headers_of(note)) merge_header(out, k, v);
+    each_rate_limit_header(note, [&out](std::string_view k, std::string_view v) { merge_header(out, k, v); });
 }
 
 void body_response(exchange& ex, response_parts& r) {
@@ -250,7 +271,7 @@ void body_response(exchange& ex, response_parts& r) {
     r.content_type = std::move(res.content_type);
     r.body = std::move(res.body);
     if (r.body.empty() && res.json) {
-      r.body = wire_json(*res.json);
+      wire_json_into(r.body, *res.json);
       if (r.content_type.empty()) r.content_type = "application/json";
     }
     for (auto& [k, v] : res.headers) {
@@ -259,7 +280,7 @@ void body_response(exchange& ex, response_parts& r) {
         if (r.content_type.empty()) r.content_type = v;
         continue;
       }
-      r.headers.emplace_back(std::move(k), std::move(v));
+      r.headers.emplace_back(k, v);
     }
     if (!r.body.empty() && r.content_type.empty()) r.content_type = "text/plain; charset=utf-8";
     return;
@@ -278,7 +299,7 @@ void body_response(exchange& ex, response_parts& r) {
     r.status = 204;
     return;
   }
-  r.body = wire_json(j);
+  wire_json_into(r.body, j);
   r.content_type = "application/json";
 }
 
@@ -304,13 +325,13 @@ void refusal_response(const error& err, response_parts& r) {
   }
 }
 
-void refusal_headers(const error& err, const exchange& ex, http_headers& out) {
+void refusal_headers(const error& err, const exchange& ex, response_headers& out) {
   // A gate that refused and noted it (rate_limit) put the refusal's headers on its note already.
   const bool noted =
       std::any_of(ex.limit_notes().begin(), ex.limit_notes().end(), [](const limit_note& n) { return n.rejected; });
   if (!noted)
     if (const auto* it = err.detail("headers")) append_json_headers(out, *it);
-  if (!find_http_header(out, "Retry-After")) {
+  if (!out.find("Retry-After")) {
     double ms = 0;
     if (const auto* it = err.detail("retry_after_ms"); it && it->is_number()) ms = it->get<double>();
     const auto seconds = static_cast<long long>(std::ceil(std::max(0.0, ms) / 1000.0 - 1e-9));
@@ -434,21 +455,27 @@ response_parts error_response(int status, std::string_view code, std::string_vie
   return r;
 }
 
-void merge_header(http_headers& out, std::string_view name, std::string_view value) {
+const std::string* response_headers::find(std::string_view name) const noexcept {
+  for (const auto& [k, v] : *this)
+    if (iequals(k, name)) return &v;
+  return nullptr;
+}
+
+void merge_header(response_headers& out, std::string_view name, std::string_view value) {
   const bool structured =
       !value.empty() && value.front() == '"' && (iequals(name, "RateLimit") || iequals(name, "RateLimit-Policy"));
   for (auto& [k, v] : out) {
     if (!iequals(k, name)) continue;
     if (v == value) return;
     if (structured && !v.empty() && v.front() == '"') continue;  // draft-8: several limiters, several values
-    v = std::string(value);
+    v.assign(value);
     return;
   }
-  out.emplace_back(std::string(name), std::string(value));
+  out.emplace_back(name, value);
 }
 
-response_parts response_for(outcome& result, exchange& ex) {
-  response_parts r;
+void response_for(outcome& result, exchange& ex, response_parts& r) {
+  r.reset();
   const error* refusal = nullptr;
   if (result.ok()) {
     body_response(ex, r);
@@ -466,52 +493,62 @@ response_parts response_for(outcome& result, exchange& ex) {
   apply_limit_notes(r.headers, ex);
   if (refusal) refusal_headers(*refusal, ex, r.headers);
   if (const auto* extra = ex.header(http_response_headers_header)) append_json_headers(r.headers, *extra);
-  return r;
 }
 
 void serialize_response(std::string& out, const response_parts& r, bool head, bool keep_alive, bool http10) {
+  // Sized once for the longest it can be, written through a pointer, trimmed at the end: no
+  // reallocation, no length lookups, however many headers.
+  using namespace std::string_view_literals;
   const bool no_body = r.status == 204 || r.status == 304 || (r.status >= 100 && r.status < 200);
-  std::size_t size = 160 + r.content_type.size() + (head || no_body ? 0 : r.body.size());
+  const bool with_body = !head && !no_body;
+  const bool date = !r.headers.find("Date");
+  const std::string_view date_text = date ? current_http_date() : std::string_view();
+  const std::string_view reason = reason_phrase(r.status);
+  const bool content_type = !no_body && !r.content_type.empty() && valid_header_text(r.content_type);
+  std::size_t size = 64 + reason.size() + date_text.size() + r.content_type.size() + (with_body ? r.body.size() : 0);
   for (const auto& [k, v] : r.headers) size += k.size() + v.size() + 4;
-  out.reserve(out.size() + size);
-  const auto number = [&out](std::uint64_t n) {
-    char digits[20];
-    const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
-    out.append(digits, end);
+  const std::size_t start = out.size();
+  out.resize(start + size);
+  char* p = out.data() + start;
+  const auto put = [&p](std::string_view text) {
+    std::memcpy(p, text.data(), text.size());
+    p += text.size();
   };
-  out += http10 ? "HTTP/1.0 " : "HTTP/1.1 ";
+  const auto number = [&p](std::uint64_t n) { p = std::to_chars(p, p + 20, n).ptr; };
+  put(http10 ? "HTTP/1.0 "sv : "HTTP/1.1 "sv);
   number(static_cast<std::uint64_t>(r.status));
-  out += ' ';
-  out += reason_phrase(r.status);
-  out += "\r\n";
-  if (!find_http_header(r.headers, "Date")) {
-    out += "Date: ";
-    out += current_http_date();
-    out += "\r\n";
+  *p++ = ' ';
+  put(reason);
+  put("\r\n"sv);
+  if (date) {
+    put("Date: "sv);
+    put(date_text);
+    put("\r\n"sv);
   }
   if (!no_body) {
-    if (!r.content_type.empty() && valid_header_text(r.content_type)) {
-      out += "Content-Type: ";
-      out += r.content_type;
-      out += "\r\n";
+    if (content_type) {
+      put("Content-Type: "sv);
+      put(r.content_type);
+      put("\r\n"sv);
     }
-    out += "Content-Length: ";
+    put("Content-Length: "sv);
     number(r.body.size());
-    out += "\r\n";
+    put("\r\n"sv);
   }
   if (!keep_alive)
-    out += "Connection: close\r\n";
+    put("Connection: close\r\n"sv);
   else if (http10)
-    out += "Connection: keep-alive\r\n";
+    put("Connection: keep-alive\r\n"sv);
   for (const auto& [k, v] : r.headers) {
     if (!valid_header_name(k) || !valid_header_text(v)) continue;
-    out += k;
-    out += ": ";
-    out += v;
-    out += "\r\n";
+    put(k);
+    put(": "sv);
+    put(v);
+    put("\r\n"sv);
   }
-  out += "\r\n";
-  if (!head && !no_body) out += r.body;
+  put("\r\n"sv);
+  if (with_body) put(r.body);
+  out.resize(static_cast<std::size_t>(p - out.data()));
 }
 
 std::int64_t wall_now_ms() {

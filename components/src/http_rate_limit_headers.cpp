@@ -10,6 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
+
+#include "http_internal.hpp"
 
 namespace rc {
 namespace {
@@ -163,57 +166,103 @@ std::string http_date(std::int64_t epoch_ms) {
   return out;
 }
 
-header_list rate_limit_header_list(rate_limit_headers mode, const rate_limit_info& info, std::int64_t wall_now_epoch_ms,
-                                   rate_limit_outcome outcome, std::optional<std::string_view> retry_after) {
+namespace {
+
+// Appends the decimal digits of n.
+template <class Int>
+void append_number(std::string& out, Int n) {
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, n).ptr;
+  out.append(digits, end);
+}
+
+// The one formatter behind rate_limit_header_list and each_rate_limit_header: calls
+// emit(name, value) for each header in order. Each value is built in `value` (its capacity is
+// reused) and is valid only during the call.
+template <class Emit>
+void emit_rate_limit_headers(rate_limit_headers mode, std::uint64_t limit, std::uint64_t remaining, duration window,
+                             duration reset_in, std::string_view key, std::string_view policy_name,
+                             std::int64_t wall_now_epoch_ms, rate_limit_outcome outcome,
+                             std::optional<std::string_view> retry_after, std::string& value, Emit&& emit) {
   using enum rate_limit_headers;
-  header_list headers;
-  const auto limit = std::to_string(info.limit);
-  const auto remaining = std::to_string(info.remaining);
-  const auto window_seconds = std::to_string(rate_limit_window_seconds(info.window));
-  const auto reset_seconds = std::to_string(rate_limit_reset_seconds(info.reset_in));
+  const auto window_seconds = rate_limit_window_seconds(window);
+  const auto reset_seconds = rate_limit_reset_seconds(reset_in);
+  const auto set = [&value](auto... parts) {
+    value.clear();
+    (
+        [&] {
+          if constexpr (std::is_integral_v<decltype(parts)>)
+            append_number(value, parts);
+          else
+            value += parts;
+        }(),
+        ...);
+    return std::string_view(value);
+  };
 
   if (includes(mode, legacy)) {
-    headers.emplace_back("X-RateLimit-Limit", limit);
-    headers.emplace_back("X-RateLimit-Remaining", remaining);
-    headers.emplace_back("Date", http_date(wall_now_epoch_ms));
-    headers.emplace_back("X-RateLimit-Reset", std::to_string(reset_epoch_seconds(wall_now_epoch_ms, info.reset_in)));
+    emit("X-RateLimit-Limit", set(limit));
+    emit("X-RateLimit-Remaining", set(remaining));
+    emit("Date", set(std::string_view(http_date(wall_now_epoch_ms))));
+    emit("X-RateLimit-Reset", set(reset_epoch_seconds(wall_now_epoch_ms, reset_in)));
   }
 
   const auto draft = mode & (draft_6 | draft_7 | draft_8);
   if (draft == draft_6) {
-    headers.emplace_back("RateLimit-Policy", limit + ";w=" + window_seconds);
-    headers.emplace_back("RateLimit-Limit", limit);
-    headers.emplace_back("RateLimit-Remaining", remaining);
-    headers.emplace_back("RateLimit-Reset", reset_seconds);
+    emit("RateLimit-Policy", set(limit, std::string_view(";w="), window_seconds));
+    emit("RateLimit-Limit", set(limit));
+    emit("RateLimit-Remaining", set(remaining));
+    emit("RateLimit-Reset", set(reset_seconds));
   } else if (draft == draft_7) {
-    headers.emplace_back("RateLimit-Policy", limit + ";w=" + window_seconds);
-    headers.emplace_back("RateLimit", "limit=" + limit + ", remaining=" + remaining + ", reset=" + reset_seconds);
+    emit("RateLimit-Policy", set(limit, std::string_view(";w="), window_seconds));
+    emit("RateLimit", set(std::string_view("limit="), limit, std::string_view(", remaining="), remaining,
+                          std::string_view(", reset="), reset_seconds));
   } else if (draft == draft_8) {
-    const auto name = info.policy_name.empty() ? rate_limit_policy_name(info.limit, info.window) : info.policy_name;
-    headers.emplace_back("RateLimit", '"' + name + "\"; r=" + remaining + "; t=" + reset_seconds);
-    headers.emplace_back("RateLimit-Policy", '"' + name + "\"; q=" + limit + "; w=" + window_seconds +
-                                                 "; pk=:" + rate_limit_partition_key(info.key) + ':');
+    const std::string name = policy_name.empty() ? rate_limit_policy_name(limit, window) : std::string(policy_name);
+    emit("RateLimit", set(std::string_view("\""), std::string_view(name), std::string_view("\"; r="), remaining,
+                          std::string_view("; t="), reset_seconds));
+    emit("RateLimit-Policy", set(std::string_view("\""), std::string_view(name), std::string_view("\"; q="), limit,
+                                 std::string_view("; w="), window_seconds, std::string_view("; pk=:"),
+                                 std::string_view(rate_limit_partition_key(key)), std::string_view(":")));
   }
 
   if (outcome == rate_limit_outcome::rejected && mode != none) {
-    headers.emplace_back("Retry-After", retry_after ? std::string{*retry_after} : reset_seconds);
+    emit("Retry-After", retry_after ? set(*retry_after) : set(reset_seconds));
   }
+}
+
+}  // namespace
+
+header_list rate_limit_header_list(rate_limit_headers mode, const rate_limit_info& info, std::int64_t wall_now_epoch_ms,
+                                   rate_limit_outcome outcome, std::optional<std::string_view> retry_after) {
+  header_list headers;
+  std::string value;
+  emit_rate_limit_headers(mode, info.limit, info.remaining, info.window, info.reset_in, info.key, info.policy_name,
+                          wall_now_epoch_ms, outcome, retry_after, value,
+                          [&](std::string_view name, std::string_view v) { headers.emplace_back(name, v); });
   return headers;
 }
 
 header_list rate_limit_headers_of(const limit_note& note) {
-  if (note.header_mode == rate_limit_headers::none) return {};
-  const rate_limit_info info{.limit = note.limit,
-                             .used = note.used,
-                             .remaining = note.remaining,
-                             .reset_in = note.reset,
-                             .window = note.window,
-                             .key = note.key,
-                             .policy_name = note.policy};
-  const std::string retry_after_seconds = std::to_string(rate_limit_reset_seconds(note.retry_after));
-  return rate_limit_header_list(note.header_mode, info, note.wall_ms,
-                                note.rejected ? rate_limit_outcome::rejected : rate_limit_outcome::passed,
-                                std::string_view(retry_after_seconds));
+  header_list headers;
+  http_detail::each_rate_limit_header(
+      note, [&](std::string_view name, std::string_view v) { headers.emplace_back(name, v); });
+  return headers;
+}
+
+void http_detail::each_rate_limit_header(const limit_note& note,
+                                         http_detail::function_ref<void(std::string_view, std::string_view)> emit) {
+  if (note.header_mode == rate_limit_headers::none) return;
+  // The values are built here, one at a time: a response's headers cost no allocation once this
+  // thread's buffer has grown to the longest one.
+  thread_local std::string value;
+  char retry_after[24];
+  const auto retry_end =
+      std::to_chars(retry_after, retry_after + sizeof retry_after, rate_limit_reset_seconds(note.retry_after)).ptr;
+  emit_rate_limit_headers(note.header_mode, note.limit, note.remaining, note.window, note.reset, note.key, note.policy,
+                          note.wall_ms, note.rejected ? rate_limit_outcome::rejected : rate_limit_outcome::passed,
+                          std::string_view(retry_after, static_cast<std::size_t>(retry_end - retry_after)), value,
+                          emit);
 }
 
 }  // namespace rc

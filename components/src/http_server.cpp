@@ -146,6 +146,8 @@ struct path_pattern {
   bool wildcard = false;
   int literals = 0;
   int params = 0;
+  bool literal_only = false;  // no parameter, no wildcard: `literal` is the whole pattern
+  std::string literal;        // "/" followed by the segments joined with '/'
 
   static path_pattern parse(std::string_view path) {
     path_pattern p;
@@ -165,10 +167,22 @@ struct path_pattern {
       }
       return true;
     });
+    if (!p.wildcard && p.params == 0) {
+      p.literal_only = true;
+      p.literal = "/";
+      for (std::size_t i = 0; i < p.segments.size(); ++i) {
+        if (i > 0) p.literal += '/';
+        p.literal += p.segments[i].text;
+      }
+    }
     return p;
   }
 
   bool match(std::string_view path, http_headers* captured) const {
+    // A pattern of literal segments only matches exactly its own text (a trailing slash aside):
+    // one comparison instead of a walk over the segments. Paths not starting with '/' take the
+    // walk, which reads them its own way.
+    if (literal_only && !path.empty() && path.front() == '/') return strip_trailing_slash(path) == literal;
     std::size_t i = 0;         // segments matched so far
     std::size_t consumed = 0;  // characters of `path` they cover
     bool overflow = false;     // the path has segments left when the pattern has none
@@ -567,7 +581,8 @@ class connection final : public connection_base {
         }
       }
       while (!closed_) {
-        response_parts r;
+        response_parts& r = response_;  // reused: its buffers keep their capacity
+        r.reset();
         const read_end got = co_await read_request(r);
         if (got == read_end::closed) {
           if constexpr (is_tls)
@@ -576,7 +591,8 @@ class connection final : public connection_base {
         }
         // A pipeline answer() starts elsewhere is awaited; its client may go away meanwhile.
         if (got == read_end::request && answer(r) && !co_await await_pipeline(r)) break;
-        if (!start_response(r) || !co_await write_response()) break;
+        // Most responses go out whole in start_response(): no coroutine frame for the rest.
+        if (!start_response(r) || (written_ < out_.size() && !co_await write_response())) break;
         release_work();
         if (close_after_) {
           co_await linger();
@@ -725,7 +741,7 @@ class connection final : public connection_base {
       (void)co_await wake_.async_wait(use_tuple);
     }
     try {
-      r = http_detail::response_for(result_->result, result_->ex);
+      http_detail::response_for(result_->result, result_->ex, r);
     } catch (...) {  // a body that cannot be written: the client learns nothing more than that
       r = http_detail::error_response(500, code_string(errc::step_failed), "Internal Server Error");
     }
@@ -822,22 +838,22 @@ class connection final : public connection_base {
     if (const auto* corr = body.header("X-Correlation-Id"); corr && !corr->empty() && corr->size() <= 128)
       ex.set_correlation_id(*corr);
     ex.set_body(std::move(body));
-    abort_.emplace(server_->ctx().clock());
-    ex.set_abort_signal(&*abort_);
-    pipeline_running_ = true;
     if (m.response_timeout) ex.set_deadline(rt.now() + *m.response_timeout);
 
     if (rt.all_synchronous()) {  // inline, on this strand: no coroutine of the engine's at all
+      // Nothing can see the client go, nor the watchdog fire, before the run ends (both happen on
+      // this strand): there is nobody to abort, so no abort signal to make and tear down.
       run_result done = rt.process_now(std::move(ex));
-      pipeline_running_ = false;
-      abort_.reset();
       try {
-        r = http_detail::response_for(done.result, done.ex);
+        http_detail::response_for(done.result, done.ex, r);
       } catch (...) {
         r = http_detail::error_response(500, code_string(errc::step_failed), "Internal Server Error");
       }
       return false;
     }
+    abort_.emplace(server_->ctx().clock());
+    ex.set_abort_signal(&*abort_);
+    pipeline_running_ = true;
     rc::spawn(rt.frames(), [self = self(), route = &rt, ex = std::move(ex)]() mutable {
       return run_exchange(std::move(self), route, std::move(ex));
     });
@@ -1002,6 +1018,7 @@ class connection final : public connection_base {
   http_detail::request_reader reader_;
   std::string out_;
   std::size_t written_ = 0;  // bytes of out_ the socket has taken
+  response_parts response_;  // the response being answered, reused from request to request
   std::optional<cancel_signal> abort_;
   std::optional<run_result> result_;  // an exchange run elsewhere, handed back by finish()
 
