@@ -505,7 +505,10 @@ void serialize_response(std::string& out, const response_parts& r, bool head, bo
   const std::string_view date_text = date ? current_http_date() : std::string_view();
   const std::string_view reason = reason_phrase(r.status);
   const bool content_type = !no_body && !r.content_type.empty() && valid_header_text(r.content_type);
-  std::size_t size = 64 + reason.size() + date_text.size() + r.content_type.size() + (with_body ? r.body.size() : 0);
+  // The fixed text (status line, the names, separators, Connection, the blank line) is under
+  // 120 bytes; numbers are at most 20 digits each.
+  constexpr std::size_t fixed = 160;
+  std::size_t size = fixed + reason.size() + date_text.size() + r.content_type.size() + (with_body ? r.body.size() : 0);
   for (const auto& [k, v] : r.headers) size += k.size() + v.size() + 4;
   const std::size_t start = out.size();
   out.resize(start + size);
