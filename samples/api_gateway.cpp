@@ -139,14 +139,14 @@ rc::http_source_endpoint add_routes(rc::context& ctx, const samples::listen_addr
               .id("bench-ok")
               .rate_limit(generous)
               .from(rc::http_source({.host = host, .port = port, .path = "/bench/ok"}))
-              .transform([](rc::http_request) {
+              .transform([](const rc::http_request&) {
                 return nlohmann::json{{"ok", true}};
               }));
   ctx.add(rc::craft()
               .id("bench-limited")
               .rate_limit(strict)
               .from(rc::http_source({.host = host, .port = port, .path = "/bench/limited"}))
-              .transform([](rc::http_request) {
+              .transform([](const rc::http_request&) {
                 return nlohmann::json{{"ok", true}};
               }));
   if (redis != nullptr) {
@@ -158,14 +158,14 @@ rc::http_source_endpoint add_routes(rc::context& ctx, const samples::listen_addr
                 .id("bench-redis-ok")
                 .rate_limit(shared_ok)
                 .from(rc::http_source({.host = host, .port = port, .path = "/bench/redis-ok"}))
-                .transform([](rc::http_request) {
+                .transform([](const rc::http_request&) {
                   return nlohmann::json{{"ok", true}};
                 }));
     ctx.add(rc::craft()
                 .id("bench-redis-limited")
                 .rate_limit(shared_limited)
                 .from(rc::http_source({.host = host, .port = port, .path = "/bench/redis-limited"}))
-                .transform([](rc::http_request) {
+                .transform([](const rc::http_request&) {
                   return nlohmann::json{{"ok", true}};
                 }));
   }

@@ -208,7 +208,7 @@ int hex_value(char c) noexcept {
 }
 
 bool valid_header_text(std::string_view s) noexcept {
-  return std::none_of(s.begin(), s.end(), [](char c) { return c == '\r' || c == '\n'; });
+  return std::memchr(s.data(), '\r', s.size()) == nullptr && std::memchr(s.data(), '\n', s.size()) == nullptr;
 }
 
 // RFC 9110 token characters, by byte.
