@@ -239,9 +239,10 @@ void event_bus::deliver(event_id id, Fill&& fill) {
   if ((!exact || exact->empty()) && (!all || all->empty())) return;
   event ev;
   ev.id = id;
-  ev.name = event_name(id);
-  ev.at = now_();
-  ev.ts.at_ = ev.at;  // rendered when read
+  const auto index = static_cast<std::size_t>(id);
+  ev.name = index < builtin_event_count ? names[index] : event_name(id);  // the table's without a call
+  ev.at.now_ = &now_;  // read when asked: most subscribers never look at the time
+  ev.ts.at_ = &ev.at;  // rendered when read
   ev.ts.render_ = &render_ts_;
   ev.context_id = context_id_;
   fill(ev.details);
@@ -259,8 +260,7 @@ void event_bus::deliver(event_id id, Fill&& fill) {
 
 void event_bus::dispatch(event_id id, nlohmann::json details) {
   deliver(id, [&](event_details& d) {
-    d.json_ = details.is_object() ? std::move(details) : nlohmann::json::object();
-    d.built_ = true;
+    d.json_.emplace(details.is_object() ? std::move(details) : nlohmann::json::object());
   });
 }
 
@@ -274,14 +274,18 @@ void event_bus::dispatch_typed(event_id id, const void* value, const void* tag,
 }
 
 void event_details::render() const {
-  json_ = nlohmann::json::object();
-  if (write_ != nullptr) write_(typed_, json_);
-  if (!json_.is_object()) json_ = nlohmann::json::object();
-  built_ = true;
+  nlohmann::json& j = json_.emplace(nlohmann::json::object());
+  if (write_ != nullptr) write_(typed_, j);
+  if (!j.is_object()) j = nlohmann::json::object();
+}
+
+void event_time::read() const {
+  if (now_ != nullptr) t_ = (*now_)();
+  read_ = true;
 }
 
 void event_timestamp::render() const {
-  if (render_ != nullptr) text_ = (*render_)(at_);
+  if (render_ != nullptr) text_ = (*render_)(at_ != nullptr ? at_->get() : time_point{});
   built_ = true;
 }
 

@@ -238,34 +238,43 @@ class recorder {
     // requests make several million of them). The others (retry, delay) are read as JSON.
     const rc::gate_event* typed = e.get<rc::gate_event>();
     const nlohmann::json* json = typed ? nullptr : &e.details.json();
-    std::string text_storage;
-    std::string_view text;
+    std::uint32_t id = 0;
     if (typed) {
-      text_storage = typed->correlation_id();
-      text = text_storage;
+      // The request's id is the exchange's body (launch sets it, and the correlation id from it).
+      if (!typed->ex->raw_body().holds<std::uint32_t>()) return;
+      id = typed->ex->body<std::uint32_t>();
     } else {
       const auto cid = json->find("correlationId");
       if (cid == json->end() || !cid->is_string()) return;
-      text = cid->get_ref<const std::string&>();
+      const std::string& text = cid->get_ref<const std::string&>();
+      if (std::from_chars(text.data(), text.data() + text.size(), id).ec != std::errc()) return;
     }
-    std::uint32_t id = 0;
-    if (std::from_chars(text.data(), text.data() + text.size(), id).ec != std::errc() || id == 0 ||
-        id > rep_.request_count || (!keep_ && !open_.contains(id)))
-      return;
+    if (id == 0 || id > rep_.request_count) return;
     // Which gate: its gateId, which the route gave it in declaration order (gate_ids_of).
-    std::string_view gate_id;
+    std::optional<std::uint16_t> gate;
     if (typed) {
-      gate_id = typed->gate_id();
+      gate = gate_of(*typed);
     } else {
       const auto gid = json->find("gateId");
       if (gid == json->end() || !gid->is_string()) return;
-      gate_id = gid->get_ref<const std::string&>();
+      const auto g_it = ids_.find(gid->get_ref<const std::string&>());
+      if (g_it != ids_.end()) gate = g_it->second;
     }
-    const auto g_it = ids_.find(gate_id);
-    if (g_it == ids_.end()) return;
-    const std::uint16_t g = g_it->second;
-    auto& r = req(id);
-    auto& l = live(id);
+    if (!gate) return;
+    const std::uint16_t g = *gate;
+    request_result* rp = nullptr;
+    live_state* lp = nullptr;
+    if (keep_) {
+      rp = &rep_.requests[id - 1];
+      lp = &live_[id - 1];
+    } else {
+      const auto it = open_.find(id);
+      if (it == open_.end()) return;
+      rp = &it->second.r;
+      lp = &it->second.l;
+    }
+    auto& r = *rp;
+    auto& l = *lp;
     const auto hits = [&] { return typed ? typed->hits : json->value("hits", std::uint64_t{0}); };
     const auto waited = [&] { return typed ? typed->waited : json->value("waited", false); };
     const nlohmann::json empty;
@@ -408,6 +417,17 @@ class recorder {
   live_state& live(std::uint32_t id) { return keep_ ? live_[id - 1] : open_.find(id)->second.l; }
   const live_state& live(std::uint32_t id) const { return keep_ ? live_[id - 1] : open_.find(id)->second.l; }
 
+  /// The scenario gate of a typed event's gate step: looked up by its gateId once, then by address
+  /// (several million events name a handful of gates).
+  std::optional<std::uint16_t> gate_of(const rc::gate_event& e) {
+    for (const auto& [step, index] : gate_steps_)
+      if (step == e.gate) return index;
+    const auto it = ids_.find(e.gate_id());
+    if (it == ids_.end()) return std::nullopt;
+    gate_steps_.emplace_back(e.gate, it->second);
+    return it->second;
+  }
+
   static std::optional<std::uint32_t> last_pass_of(const request_result& r, std::uint16_t gate) {
     for (std::size_t i = r.passes.size(); i-- > 0;)
       if (r.passes[i].gate == gate) return std::uint32_t(i);
@@ -497,7 +517,9 @@ class recorder {
   std::vector<live_state> live_;                           // keep_: one per request
   std::unordered_map<std::uint32_t, open_request> open_;   // !keep_: the requests not finished yet
   std::map<std::string, std::uint16_t, std::less<>> ids_;  // gateId -> scenario gate index
-  std::vector<int> position_;                              // chain position of each gate
+  // gate_of's cache: gate step -> scenario gate index.
+  std::vector<std::pair<const rc::wrapper*, std::uint16_t>> gate_steps_;
+  std::vector<int> position_;  // chain position of each gate
   std::map<std::string, std::uint32_t> key_index_;
   std::vector<std::uint32_t> entry_key_;  // key index of each traffic entry, once it arrived
   std::set<std::tuple<std::uint16_t, std::uint32_t, std::int64_t>> windows_seen_;

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <atomic>
+#include <compare>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -146,11 +147,10 @@ concept typed_event_details =
 class event_details {
  public:
   event_details() = default;
-  event_details(const event_details& o) : json_(o.json()), built_(true) {}
+  event_details(const event_details& o) : json_(o.json()) {}
   event_details& operator=(const event_details& o) {
     if (this != &o) {
       json_ = o.json();
-      built_ = true;
       typed_ = nullptr;
       tag_ = nullptr;
       write_ = nullptr;
@@ -161,7 +161,6 @@ class event_details {
   /// Replaces the details (a test building an event by hand).
   event_details& operator=(nlohmann::json j) {
     json_ = j.is_object() ? std::move(j) : nlohmann::json::object();
-    built_ = true;
     typed_ = nullptr;
     tag_ = nullptr;
     write_ = nullptr;
@@ -170,8 +169,8 @@ class event_details {
 
   /// The details as a JSON object, rendered now if they were not yet.
   const nlohmann::json& json() const {
-    if (!built_) render();
-    return json_;
+    if (!json_) render();
+    return *json_;
   }
   const nlohmann::json& operator()() const { return json(); }
   operator const nlohmann::json&() const { return json(); }  // NOLINT: reads as the JSON it is
@@ -218,8 +217,47 @@ class event_details {
   const void* typed_ = nullptr;  // the emitter's value, during delivery only
   const void* tag_ = nullptr;    // &detail::event_type_tag<T>
   void (*write_)(const void*, nlohmann::json&) = nullptr;
-  mutable nlohmann::json json_;
-  mutable bool built_ = false;
+  // Empty until rendered: an event nobody reads the details of never constructs nor destroys a
+  // JSON value.
+  mutable std::optional<nlohmann::json> json_;
+};
+
+/// An event's engine time, read from the clock when first asked: a subscriber that never reads it
+/// costs no clock read. Reads as the time_point it stands for (e.at, e.at.time_since_epoch(),
+/// to_ms(e.at), time_point t = e.at). A copy holds the time read.
+class event_time {
+ public:
+  event_time() = default;
+  event_time(time_point t) noexcept : t_(t), read_(true) {}  // NOLINT: a time_point is an event time
+  event_time(const event_time& o) : t_(o.get()), read_(true) {}
+  event_time& operator=(const event_time& o) {
+    if (this != &o) *this = o.get();
+    return *this;
+  }
+  event_time& operator=(time_point t) noexcept {
+    t_ = t;
+    read_ = true;
+    now_ = nullptr;
+    return *this;
+  }
+
+  time_point get() const {
+    if (!read_) read();
+    return t_;
+  }
+  operator time_point() const { return get(); }  // NOLINT: reads as the time_point it is
+  duration time_since_epoch() const { return get().time_since_epoch(); }
+  friend bool operator==(const event_time& a, const event_time& b) { return a.get() == b.get(); }
+  friend auto operator<=>(const event_time& a, const event_time& b) { return a.get() <=> b.get(); }
+  friend duration operator-(const event_time& a, const event_time& b) { return a.get() - b.get(); }
+
+ private:
+  friend class event_bus;
+  void read() const;
+
+  const std::function<time_point()>* now_ = nullptr;  // the bus's clock, during delivery only
+  mutable time_point t_{};
+  mutable bool read_ = false;
 };
 
 /// An event's ISO-8601 timestamp, rendered from `at` on the first read. Reads as a std::string.
@@ -257,20 +295,22 @@ class event_timestamp {
   friend class event_bus;
   void render() const;
 
-  time_point at_{};
+  const event_time* at_ = nullptr;  // the event's, during delivery only
   const std::function<std::string(time_point)>* render_ = nullptr;
   mutable std::string text_;
   mutable bool built_ = false;
 };
 
-/// What a handler receives. `details` and `ts` are rendered when first read, so a subscriber
-/// that reads neither (a counter) costs no JSON and no formatting. The typed value is readable
+/// What a handler receives. `details`, `ts` and `at` are rendered (the clock read) when first
+/// read, so a subscriber that reads none of them (a counter) costs no JSON, no formatting and no
+/// clock read. In real time `at` is thus the time of the first read during delivery, not of the
+/// emit (the same instant in virtual time, which a handler does not move). The typed value is readable
 /// during delivery only: a copy of the event (kept for later) holds the rendered JSON instead.
 /// An event is read on the thread that delivers it.
 struct event {
   std::string_view name;
   event_id id{};
-  time_point at{};              // engine time (virtual under a manual clock)
+  event_time at;                // engine time (virtual under a manual clock), read when first asked
   event_timestamp ts;           // ISO-8601 of `at` (wall clock in real time, 1970 + virtual time otherwise)
   std::string_view context_id;  // the context's id (a copy of the event owns its own)
   event_details details;        // always an object
