@@ -220,7 +220,8 @@ bool cross_slot(std::string_view err) {
 
 class redis_decision_store final : public decision_store, public std::enable_shared_from_this<redis_decision_store> {
  public:
-  redis_decision_store(redis_connection& conn, redis_store_options o) : conn_(conn), opt_(std::move(o)) {
+  redis_decision_store(redis_connection& conn, redis_store_options o)
+      : conn_(conn), io_(conn.io()), opt_(std::move(o)) {
     if (opt_.timeout <= duration::zero())
       invalid_option("redis_store", "timeout", "a duration > 0", ms_text(opt_.timeout));
     if (opt_.on_error != store_on_error::fail_open && opt_.on_error != store_on_error::fail_closed &&
@@ -267,7 +268,10 @@ class redis_decision_store final : public decision_store, public std::enable_sha
         break;
     }
     d.deadline = steady::now() + std::chrono::duration_cast<steady::duration>(opt_.timeout);
-    co_await submit_awaiter{*this, d};
+    // A named awaiter, not a temporary: GCC 12 mishandles temporaries of aggregate type with
+    // reference members in a co_await.
+    submit_awaiter submitted{*this, d};
+    co_await submitted;
     if (d.failure) std::rethrow_exception(d.failure);
     co_return d.answer;
   }
@@ -337,22 +341,31 @@ class redis_decision_store final : public decision_store, public std::enable_sha
       queue_.push_back(d);
       if (!flush_posted_ && in_flight_ < max_calls_in_flight) post = flush_posted_ = true;
     }
-    if (post) boost::asio::post(conn_.io(), [self = shared_from_this()] { self->flush(true); });
+    if (post) boost::asio::post(io_, [self = shared_from_this()] { self->flush(true); });
   }
 
   // Sends what is queued, while calls may go out. `posted`: run from the posted flush.
   void flush(bool posted) {
     for (;;) {
       batch b;
+      bool closed = false;
       {
         std::lock_guard lock(mutex_);
         if (posted) flush_posted_ = false;
         posted = false;
         if (queue_.empty() || in_flight_ >= max_calls_in_flight) return;
-        const std::size_t n = std::min(queue_.size(), opt_.max_batch);
+        closed = closed_;
+        const std::size_t n = closed ? queue_.size() : std::min(queue_.size(), opt_.max_batch);
         b.assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
         queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
-        ++in_flight_;
+        if (!closed) ++in_flight_;
+      }
+      if (closed) {
+        for (auto* d : b) {
+          d->failure = redis_failure(redis_errc::closed, "redis EVALSHA");
+          finish(d);
+        }
+        return;
       }
       drop_expired(b);
       if (!b.empty()) return send(std::move(b), true);
@@ -412,6 +425,11 @@ class redis_decision_store final : public decision_store, public std::enable_sha
   }
 
   void on_reply(const batch& b, bool counted, bool eval, std::error_code ec, redis_reply r) {
+    if (ec == redis_errc::closed) {
+      // The connection is closed (perhaps destroyed): nothing more may be sent on it.
+      std::lock_guard lock(mutex_);
+      closed_ = true;
+    }
     if (ec) {
       for (auto* d : b) d->failure = redis_failure(ec, eval ? "redis EVAL" : "redis EVALSHA");
       return done(b, counted);
@@ -478,26 +496,36 @@ class redis_decision_store final : public decision_store, public std::enable_sha
   }
 
   void release_call() {
+    std::deque<decision*> orphans;
     {
       std::lock_guard lock(mutex_);
       --in_flight_;
-      if (queue_.empty() || flush_posted_) return;
+      if (closed_)
+        orphans.swap(queue_);
+      else if (queue_.empty() || flush_posted_)
+        return;
     }
-    flush(false);
+    if (orphans.empty()) return flush(false);
+    for (auto* d : orphans) {
+      d->failure = redis_failure(redis_errc::closed, "redis EVALSHA");
+      finish(d);
+    }
   }
 
   // Resumes the decider on the io_context, never inside the connection's reply handling.
   void finish(decision* d) {
-    boost::asio::post(conn_.io(), [h = d->resume] { h.resume(); });
+    boost::asio::post(io_, [h = d->resume] { h.resume(); });
   }
 
   redis_connection& conn_;
+  boost::asio::io_context& io_;
   redis_store_options opt_;
   std::atomic<mode> mode_{mode::unknown};
   std::mutex mutex_;
   std::deque<decision*> queue_;  // asked, not yet sent, in order
   int in_flight_ = 0;            // batched calls sent, not yet answered
   bool flush_posted_ = false;
+  bool closed_ = false;  // the connection answered `closed`: queued decisions fail, none is sent
 };
 
 }  // namespace
