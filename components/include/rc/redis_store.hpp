@@ -12,11 +12,11 @@
 //             next place and answers the wait; reservations of all instances are handed out in
 //             one order, and their admission times never exceed burst + rate * t in any window.
 //   fixed     INCR and PEXPIRE: express's window, opened by the key's first hit.
-//   sliding   the hits of the last `window`, in 10 buckets of window / 10 (a hash per key, at
-//             most 11 fields): a hit counts until its bucket has wholly left the window, so the
+//   sliding   the hits of the last `window`, in 10 buckets of window / 10 (a ring of 11 in one
+//             string per key): a hit counts until its bucket has wholly left the window, so the
 //             count is never below the true count of (now - window, now], and exceeds it by at
 //             most the hits of the window / 10 just before that.
-// Keys are hash-tagged, `{prefix:key}` plus a suffix per algorithm (":tb", ":fw", ":sw"). Gates
+// Keys are hash-tagged, `{prefix:key}` plus a suffix per algorithm (":tb", ":fw", ":sr"). Gates
 // that name the same prefix and key share their state: give each limit its own prefix. Keys
 // expire on the server once idle.
 //

@@ -286,6 +286,22 @@ TEST_CASE("redis store batch: an outage fails every decision of a batch, each on
     server.resume();
     for (const auto& d : drv.together(*store, qs)) CHECK(d.answer);
   }
+
+  SECTION("closed: decisions out and queued fail with RC5010, none is left waiting") {
+    server.pause();
+    std::vector<std::future<std::vector<decided>>> waves;
+    for (int w = 0; w < 3; ++w) {
+      waves.push_back(std::async(std::launch::async, [&] { return drv.together(*store, qs); }));
+      std::this_thread::sleep_for(20ms);
+    }
+    drv.conn.close();
+    for (auto& wave : waves)
+      for (const auto& d : wave.get()) {
+        CHECK(d.error == "RC5010");
+        CHECK(d.ms < 200);
+      }
+    server.resume();
+  }
 }
 
 TEST_CASE("redis store batch: during an outage each gate of a batch applies its on_error per exchange", "[redis]") {
