@@ -4,10 +4,16 @@
 // is the median of `runs` runs (by decisions/s; its p50 and p99 with it).
 //
 //   redis-bench [--redis HOST:PORT] [--kind throttle|fixed|sliding|all] [--n N] [--concurrency C]
-//               [--keys K] [--runs R]
+//               [--keys K] [--runs R] [--batch automatic|on|off]
 //
 // Without --redis it starts its own redis-server (loopback, no persistence). One JSON object per
-// kind: {"kind", "decisions", "decisions_per_s", "p50_us", "p99_us", "max_us", "runs", ...}.
+// kind: {"kind", "decisions", "decisions_per_s", "p50_us", "p99_us", "max_us", "runs", ...}, with
+// the CPU each decision cost, taken over all runs of the kind so that they hold on a loaded
+// machine: "server_cpu_us" (redis-server's used_cpu_user + used_cpu_sys from INFO cpu, per
+// decision), "client_cpu_us" (this process, per decision) and "decisions_per_call" (decisions
+// over the script calls INFO commandstats counted).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -35,7 +41,36 @@ struct config {
   std::size_t concurrency = 64;
   std::size_t keys = 1000;
   int runs = 3;
+  rc::redis_batching batch = rc::redis_batching::automatic;
 };
+
+// The server's CPU seconds (user + sys) and script calls so far.
+struct server_sample {
+  double cpu_s = 0;
+  double calls = 0;
+};
+
+double info_field(const std::string& info, const std::string& name) {
+  const auto at = info.find(name);
+  if (at == std::string::npos) return 0;
+  return std::strtod(info.c_str() + at + name.size(), nullptr);
+}
+
+server_sample sample_server(rc::redis_connection& conn) {
+  std::promise<std::string> p;
+  conn.command({"INFO", "cpu", "commandstats"},
+               [&](std::error_code ec, rc::redis_reply r) { p.set_value(ec ? std::string() : r.str); });
+  const std::string info = p.get_future().get();
+  return {info_field(info, "used_cpu_sys:") + info_field(info, "used_cpu_user:"),
+          info_field(info, "cmdstat_evalsha:calls=") + info_field(info, "cmdstat_eval:calls=")};
+}
+
+double process_cpu_s() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
 
 struct run_result {
   double per_s = 0;
@@ -133,10 +168,22 @@ int main(int argc, char** argv) {
       c.keys = std::stoul(next());
     } else if (a == "--runs") {
       c.runs = std::stoi(next());
+    } else if (a == "--batch") {
+      const std::string b = next();
+      if (b == "automatic")
+        c.batch = rc::redis_batching::automatic;
+      else if (b == "on")
+        c.batch = rc::redis_batching::on;
+      else if (b == "off")
+        c.batch = rc::redis_batching::off;
+      else {
+        std::fprintf(stderr, "redis-bench: --batch is automatic, on or off\n");
+        return 2;
+      }
     } else {
       std::fprintf(stderr,
                    "usage: redis-bench [--redis HOST:PORT] [--kind throttle|fixed|sliding|all] [--n N] "
-                   "[--concurrency C] [--keys K] [--runs R]\n");
+                   "[--concurrency C] [--keys K] [--runs R] [--batch automatic|on|off]\n");
       return 2;
     }
   }
@@ -156,22 +203,30 @@ int main(int argc, char** argv) {
   int status = 0;
   {
     rc::redis_connection conn(io, {.host = c.host, .port = c.port, .command_timeout = std::chrono::seconds(5)});
-    auto store = rc::redis_store(conn, {.prefix = "bench", .timeout = std::chrono::seconds(5)});
+    auto store = rc::redis_store(conn, {.prefix = "bench", .timeout = std::chrono::seconds(5), .batch = c.batch});
     std::vector<std::string> keys;
     for (std::size_t k = 0; k < c.keys; ++k) keys.push_back("client-" + std::to_string(k));
     std::vector<std::string> kinds =
         c.kind == "all" ? std::vector<std::string>{"throttle", "fixed", "sliding"} : std::vector<std::string>{c.kind};
     for (const auto& kind : kinds) {
       std::vector<run_result> runs;
+      const server_sample s0 = sample_server(conn);
+      const double client0 = process_cpu_s();
       for (int r = 0; r < c.runs; ++r) runs.push_back(run_once(io, *store, c, kind, keys));
+      const double client_s = process_cpu_s() - client0;
+      const server_sample s1 = sample_server(conn);
+      const double total = static_cast<double>(c.n) * c.runs;
+      const double calls = s1.calls - s0.calls;
       std::sort(runs.begin(), runs.end(), [](const run_result& a, const run_result& b) { return a.per_s < b.per_s; });
       const run_result& m = runs[runs.size() / 2];
       std::size_t failed = 0;
       for (const auto& r : runs) failed += r.failed;
       std::printf(
           "{\"kind\":\"%s\",\"decisions\":%zu,\"decisions_per_s\":%.0f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"max_us\":%.1f,"
-          "\"runs\":%d,\"concurrency\":%zu,\"keys\":%zu,\"failed\":%zu}\n",
-          kind.c_str(), c.n, m.per_s, m.p50_us, m.p99_us, m.max_us, c.runs, c.concurrency, c.keys, failed);
+          "\"runs\":%d,\"concurrency\":%zu,\"keys\":%zu,\"failed\":%zu,\"server_cpu_us\":%.2f,\"client_cpu_us\":%.2f,"
+          "\"decisions_per_call\":%.1f}\n",
+          kind.c_str(), c.n, m.per_s, m.p50_us, m.p99_us, m.max_us, c.runs, c.concurrency, c.keys, failed,
+          (s1.cpu_s - s0.cpu_s) * 1e6 / total, client_s * 1e6 / total, calls > 0 ? total / calls : 0.0);
       std::fflush(stdout);
       if (failed != 0) status = 1;
     }

@@ -583,6 +583,8 @@ redis_connection_stats redis_connection::stats() const noexcept {
 
 const redis_options& redis_connection::options() const noexcept { return impl_->opt_; }
 
+boost::asio::io_context& redis_connection::io() const noexcept { return impl_->io_; }
+
 void redis_connection::close() { impl_->close(); }
 
 }  // namespace rc

@@ -35,7 +35,9 @@ namespace rc::test {
 
 class redis_server {
  public:
-  redis_server() {
+  redis_server() : redis_server(std::vector<std::string>{}) {}
+  /// With more redis-server arguments (e.g. {"--cluster-enabled", "yes"}).
+  explicit redis_server(std::vector<std::string> extra_args) : extra_(std::move(extra_args)) {
     // A free port can be taken between the probe and the server's bind: try a few.
     std::string last;
     for (int attempt = 0; attempt < 5; ++attempt) {
@@ -157,6 +159,7 @@ class redis_server {
     std::vector<std::string> args = {binary,      "--port",    port,    "--bind",           "127.0.0.1", "--dir",
                                      dir_.path(), "--save",    "",      "--appendonly",     "no",        "--daemonize",
                                      "no",        "--logfile", logfile, "--protected-mode", "no"};
+    args.insert(args.end(), extra_.begin(), extra_.end());
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error("redis_server: fork failed");
     if (pid == 0) {
@@ -199,6 +202,7 @@ class redis_server {
     pid_ = -1;
   }
 
+  std::vector<std::string> extra_;
   temp_dir dir_;
   std::uint16_t port_ = 0;
   pid_t pid_ = -1;

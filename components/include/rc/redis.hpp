@@ -122,6 +122,8 @@ class redis_connection {
   void on_state(state_callback f);
   redis_connection_stats stats() const noexcept;
   const redis_options& options() const noexcept;
+  /// The io_context the connection runs on (where its users resume their coroutines).
+  boost::asio::io_context& io() const noexcept;
   /// Fails everything pending with closed and stops reconnecting. Idempotent.
   void close();
 
