@@ -23,6 +23,15 @@
 
 namespace rc::test {
 
+// The store's timeout in the flood tests. A decision that outlives it is not metered (fail_open)
+// or refused, so it must stay well above a decision's round trip: sanitizer builds run 5-15x
+// slower, and under ctest -j several floods share the cores.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+inline constexpr std::int64_t flood_timeout_ms = 400;
+#else
+inline constexpr std::int64_t flood_timeout_ms = 50;
+#endif
+
 inline std::int64_t mono_ns() {
   timespec ts{};
   ::clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -42,7 +51,7 @@ struct flood_config {
   std::int64_t run_ms = 3000;
   int workers = 8;
   std::string on_error = "fail_open";
-  std::int64_t timeout_ms = 50;
+  std::int64_t timeout_ms = flood_timeout_ms;
   std::int64_t start_at_ns = 0;  // CLOCK_MONOTONIC instant to start at (0: now)
 
   nlohmann::json to_json() const {

@@ -208,7 +208,7 @@ TEST_CASE("redis store: killing and restarting redis-server, each on_error mode"
   flood_config cfg;
   cfg.port = server.port();
   cfg.run_ms = 3000;
-  cfg.timeout_ms = 50;
+  cfg.timeout_ms = rc::test::flood_timeout_ms;
   cfg.rate = 1000;
   cfg.burst = 10;
   std::int64_t killed_at = 0, restarted_at = 0;
@@ -281,19 +281,20 @@ TEST_CASE("redis store: a server that stops answering costs each exchange at mos
   rc::test::redis_server server;
   flood_config cfg;
   cfg.port = server.port();
-  cfg.run_ms = 1500;
-  cfg.timeout_ms = 50;
+  cfg.timeout_ms = rc::test::flood_timeout_ms;
+  const std::int64_t paused_ms = std::max<std::int64_t>(600, 3 * cfg.timeout_ms);
+  cfg.run_ms = 400 + paused_ms + 500;
   cfg.on_error = "fail_open";
   cfg.prefix = "paused";
   const flood_result r = rc::test::run_flood(cfg, [&] {
     std::this_thread::sleep_for(400ms);
     server.pause();
-    std::this_thread::sleep_for(600ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(paused_ms));
     server.resume();
   });
   CHECK(r.store_failed_events >= 1);
   CHECK(r.store_recovered_events >= 1);
-  // Paused, the server answers nothing: every decision waits out its 50 ms timeout, no longer.
-  CHECK(r.longest_exchange_ns >= 45'000'000);
-  CHECK(r.longest_exchange_ns < 200'000'000);
+  // Paused, the server answers nothing: every decision waits out its timeout, no longer.
+  CHECK(r.longest_exchange_ns >= (cfg.timeout_ms - 5) * 1'000'000);
+  CHECK(r.longest_exchange_ns < (cfg.timeout_ms + 150) * 1'000'000);
 }
