@@ -22,6 +22,9 @@ std::atomic<std::uint64_t> id_counter{1};
 }  // namespace
 
 std::uint64_t exchange::next_id() noexcept { return id_counter.fetch_add(1, std::memory_order_relaxed); }
+std::uint64_t exchange::reserve_ids(std::size_t n) noexcept {
+  return id_counter.fetch_add(n, std::memory_order_relaxed);
+}
 
 std::string exchange::id() const {
   const std::uint64_t hi = process_salt();

@@ -480,14 +480,100 @@ void source_context::spawn_batch(std::span<exchange> batch) {
   route_.run_batch(batch.first(own));
 }
 
-void source_context::spawn(exchange ex) {
-  if (route_.all_synchronous()) {
-    (void)route_.process_now(std::move(ex));
+namespace detail {
+
+// What the threads of one spawn_shared share. It lives in spawn_shared's frame, which goes on
+// only when every thread has finished with it. `next` is the one field written by all of them,
+// once per chunk.
+struct shared_spawn {
+  // Large enough that claiming a chunk, counting it in flight and queueing the next one cost
+  // nothing per exchange; small enough that timers and sockets get in often (about 100 us).
+  static constexpr std::size_t chunk = 1024;
+
+  source_context::fill_fn fill;
+  void* state;
+  std::size_t count;
+  std::atomic<std::size_t> next{0};  // the first index no thread has claimed yet
+  // Threads still taking chunks, spawn_shared's own included; the last one out resumes it.
+  std::atomic<unsigned> running{0};
+  std::coroutine_handle<> waiter;
+  std::atomic<bool> failed{false};
+  std::exception_ptr failure;  // written once, by whoever set `failed`
+
+  // spawn_shared's last wait: until the other threads are done with their chunks.
+  struct joined {
+    shared_spawn& s;
+    bool await_ready() const noexcept { return false; }
+    bool await_suspend(std::coroutine_handle<> h) noexcept {
+      s.waiter = h;  // before the decrement: the thread that sees it reach zero resumes h
+      return s.running.fetch_sub(1, std::memory_order_acq_rel) != 1;
+    }
+    void await_resume() const noexcept {}
+  };
+};
+
+}  // namespace detail
+
+bool source_context::run_chunk(detail::shared_spawn& s, std::vector<exchange>& buf) {
+  if (stopping() || s.failed.load(std::memory_order_relaxed)) return false;
+  const std::size_t first = s.next.fetch_add(detail::shared_spawn::chunk, std::memory_order_relaxed);
+  if (first >= s.count) return false;
+  const std::size_t last = first + std::min(detail::shared_spawn::chunk, s.count - first);
+  std::uint64_t id = exchange::reserve_ids(last - first);
+  buf.reserve(last - first);
+  try {
+    for (std::size_t i = first; i < last; ++i) {
+      exchange& ex = buf.emplace_back(id++);
+      s.fill(s.state, i, ex);
+      route_.adopt(ex);
+    }
+  } catch (...) {
+    buf.clear();
+    if (!s.failed.exchange(true)) s.failure = std::current_exception();
+    return false;
+  }
+  route_.in_flight_.fetch_add(buf.size(), std::memory_order_acq_rel);
+  route_.ctx().work_started();
+  route_.run_batch(buf);
+  buf.clear();
+  return true;
+}
+
+void source_context::help_shared(detail::shared_spawn& s, std::vector<exchange> buf) {
+  if (run_chunk(s, buf)) {
+    boost::asio::post(route_.ctx().io(),
+                      [this, &s, buf = std::move(buf)]() mutable { help_shared(s, std::move(buf)); });
     return;
   }
+  // acq_rel: spawn_shared's waiter was stored before its own decrement.
+  if (s.running.fetch_sub(1, std::memory_order_acq_rel) == 1) s.waiter.resume();
+}
+
+task<void> source_context::spawn_shared(std::size_t count, fill_fn fill, void* state) {
+  if (count == 0) co_return;
+  detail::shared_spawn s{.fill = fill, .state = state, .count = count};
+  const std::size_t threads = route_.ctx().threads();
+  // No more helpers than chunks beyond this thread's first.
+  const std::size_t helpers = std::min<std::size_t>(threads - 1, (count - 1) / detail::shared_spawn::chunk);
+  s.running.store(static_cast<unsigned>(helpers + 1), std::memory_order_relaxed);
+  for (std::size_t k = 0; k < helpers; ++k) boost::asio::post(route_.ctx().io(), [this, &s] { help_shared(s, {}); });
+  std::vector<exchange> buf;
+  // Between chunks, what else is queued (timers, sockets, the other threads' work) gets in.
+  while (run_chunk(s, buf)) co_await route_.clock().yield();
+  co_await detail::shared_spawn::joined{s};
+  if (s.failure) std::rethrow_exception(s.failure);
+}
+
+void source_context::spawn(exchange ex) {
   time_point started{};
   route_.begin_run(ex, started);
   outcome o;
+  if (route_.all_synchronous()) {
+    // process_now() without its run_result: nobody reads it, so the exchange is not moved into one.
+    o = route_.run_steps_now(route_.run_list_, ex);
+    route_.end_run(ex, o, started);
+    return;
+  }
   route_runtime::step_cursor c;
   if (route_.advance(route_.run_list_, c, ex, o)) {
     route_.end_run(ex, o, started);

@@ -323,6 +323,9 @@ class exchange {
   nlohmann::json to_json() const;
 
   static std::uint64_t next_id() noexcept;
+  /// `n` consecutive fresh ids; returns the first. One update of the shared counter for a whole
+  /// batch (exchange(id) for each), so threads making exchanges at once do not fight over it.
+  static std::uint64_t reserve_ids(std::size_t n) noexcept;
 
  private:
   // What most exchanges never use lives in one block allocated on first use. An exchange is

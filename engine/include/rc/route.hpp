@@ -41,6 +41,9 @@ class context;
 class keyed_gate;
 class route_runtime;
 class source_context;
+namespace detail {
+struct shared_spawn;
+}
 class wrapper;
 
 /// Where exchanges come from. `run` produces until it is finished (finite sources) or until the
@@ -229,6 +232,17 @@ class source_context {
   /// while this one runs its own. Exchanges of one batch may then run in any order, as they
   /// would if spawned one by one from several threads.
   void spawn_batch(std::span<exchange> batch);
+  /// Sets the body of the `i`-th exchange of spawn_shared (called once for each i, from any of
+  /// the context's threads, never twice at once for one i). `state` is spawn_shared's.
+  using fill_fn = void (*)(void* state, std::size_t i, exchange& ex);
+  /// Makes and starts `count` exchanges, the i-th carrying what `fill` sets, each as spawn()
+  /// would (it runs until its first wait); completes when every one has started, or when the
+  /// route stops taking work (the rest are never made). On a context with several threads, every
+  /// thread takes chunks of indexes in turn and makes and starts its own, so no exchange moves
+  /// between threads, no counter is written per exchange, and no thread idles while indexes are
+  /// left. Exchanges may then start in any order. Something `fill` throws ends it: the chunk it
+  /// was making is dropped and the exception comes out of the co_await once the threads are done.
+  task<void> spawn_shared(std::size_t count, fill_fn fill, void* state);
   /// A fresh exchange carrying `body`, bound to this route.
   template <class T>
   exchange make(T&& body) {
@@ -239,6 +253,11 @@ class source_context {
   }
 
  private:
+  // spawn_shared: makes and runs one chunk; false when none is left (or the route stops).
+  bool run_chunk(detail::shared_spawn& s, std::vector<exchange>& buf);
+  // spawn_shared on another thread: a chunk per handler, then queued again behind what waits.
+  void help_shared(detail::shared_spawn& s, std::vector<exchange> buf);
+
   route_runtime& route_;
 };
 
