@@ -249,7 +249,7 @@ TEST_CASE("log writes one line per exchange with the route id and the body") {
   for (std::size_t i = 0; i < 3; ++i) {
     INFO(lines[i]);
     CHECK(lines[i].rfind("orders [logged] ", 0) == 0);
-    CHECK(lines[i].find(" " + std::to_string(7 + i) + "\n") != std::string::npos);
+    CHECK(lines[i].find(std::string(" ").append(std::to_string(7 + i)).append("\n")) != std::string::npos);
   }
 }
 

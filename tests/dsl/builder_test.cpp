@@ -23,7 +23,7 @@ std::vector<std::string> wrapper_trace(const event_recorder& events) {
         e.name.rfind("route:delay:", 0) != 0)
       continue;
     std::string s = e.name.substr(6);  // drop "route:"
-    if (e.details.contains("label")) s += "(" + e.details["label"].get<std::string>() + ")";
+    if (e.details.contains("label")) s.append("(").append(e.details["label"].get<std::string>()).append(")");
     out.push_back(s);
   }
   return out;

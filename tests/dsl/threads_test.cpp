@@ -69,7 +69,10 @@ TEST_CASE("with 2 threads, a keyed reject-mode throttle admits exactly its burst
                          .per = rc::per::hour,
                          .mode = rc::throttle_mode::reject,
                          .burst = 5,
-                         .key = [](const rc::exchange& ex) { return "k" + std::to_string(ex.body<int>() % 10); }})
+                         .key =
+                             [](const rc::exchange& ex) {
+                               return std::string("k").append(std::to_string(ex.body<int>() % 10));
+                             }})
               .to(out));
   ctx.start();
   ctx.drain();

@@ -198,7 +198,9 @@ TEST_CASE("spy: destination, enricher and processor, each counted") {
 TEST_CASE("mock: replies with a value, a function of the request, one-offs first, and records calls") {
   rc::testing::test_context tc;
   rc::testing::mock<std::string> m;
-  m.reply([](const rc::exchange& ex) { return "n" + std::to_string(ex.body<int>()); }).reply_once("first");
+  m.reply([](const rc::exchange& ex) {
+     return std::string("n").append(std::to_string(ex.body<int>()));
+   }).reply_once("first");
   rc::spy<std::string> out;
   tc.add(rc::craft().id("r").from(rc::sequence(std::vector<int>{1, 2, 3})).request<std::string>(m).to(out));
   tc.test();
