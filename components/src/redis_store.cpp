@@ -53,6 +53,9 @@ using steady = std::chrono::steady_clock;
 //       one its index would hold is stale (zero). Answers hits, µs until the count drops, µs
 //       until a new hit's number would be <= limit, the server's time µs.
 //   'T', 'S': a decision with the parameters of the one just before it.
+// A decision that raises an error (a key of another type) answers "E<message>" in its first slot:
+// the script does not stop there, so the decisions before and after it, already written or not,
+// keep their own answers.
 // Numbers written to Redis are formatted by the script as integers ('%d'; a throttle's theoretical
 // arrival time with a fraction of a µs as '%.3f'), which is exact and far cheaper for the server
 // than its own 17-digit rendering of a Lua number.
@@ -74,9 +77,7 @@ local out = {}
 local o = 0
 local a = 1
 local interval, tolerance, reserve, max_wait, window, limit
-for i = 1, #KEYS do
-  local key = KEYS[i]
-  local kind = ARGV[a]
+local function decide(key, kind)
   if kind == 't' or kind == 'T' then
     if kind == 't' then
       interval = tonumber(ARGV[a + 1])
@@ -173,6 +174,16 @@ for i = 1, #KEYS do
     out[o + 2] = math.ceil((first + 1) * g + window - now)
     out[o + 3] = math.ceil(retry)
     out[o + 4] = now
+  end
+end
+for i = 1, #KEYS do
+  local ok, err = pcall(decide, KEYS[i], ARGV[a])
+  if not ok then
+    if type(err) == 'table' then err = err.err end
+    out[o + 1] = 'E' .. tostring(err)
+    out[o + 2] = 0
+    out[o + 3] = 0
+    out[o + 4] = 0
   end
   o = o + 4
 end
@@ -319,8 +330,14 @@ class redis_decision_store final : public decision_store, public std::enable_sha
     }
   }
 
+  bool is_closed() {
+    std::lock_guard lock(mutex_);
+    return closed_;
+  }
+
   // Asks the server once whether it is a cluster member; until it answers, decisions go alone.
   void probe() {
+    if (is_closed()) return;
     mode expected = mode::unknown;
     if (!mode_.compare_exchange_strong(expected, mode::probing)) return;
     auto self = shared_from_this();
@@ -392,6 +409,10 @@ class redis_decision_store final : public decision_store, public std::enable_sha
 
   // One call for `b` (in order). `counted`: it holds a place among the calls in flight.
   void send(batch b, bool counted, bool eval = false) {
+    if (is_closed()) {  // the connection may be gone: nothing more may be sent on it
+      for (auto* d : b) d->failure = redis_failure(redis_errc::closed, "redis EVALSHA");
+      return done(b, counted);
+    }
     auto deadline = steady::time_point::max();
     for (auto* d : b) deadline = std::min(deadline, d->deadline);
     const duration left = std::chrono::duration_cast<duration>(deadline - steady::now());
@@ -444,8 +465,8 @@ class redis_decision_store final : public decision_store, public std::enable_sha
     if (r.is_error() && b.size() > 1 && cross_slot(r.str)) {
       // A cluster (or a proxy) refuses keys of several slots in one call: decide alone from now on.
       mode_.store(mode::off, std::memory_order_release);
+      for (auto* d : b) send(batch{d}, false);  // before anything queued behind them
       if (counted) release_call();
-      for (auto* d : b) send(batch{d}, false);
       return;
     }
     if (r.is_error()) {
@@ -471,6 +492,8 @@ class redis_decision_store final : public decision_store, public std::enable_sha
   }
 
   static store_answer answer_of(store_query::kind what, const redis_reply* e) {
+    if (e[0].is_string())  // this decision's own error (a key of another type): the others stand
+      throw error(errc::connection_failed, "redis_store: the server refused the decision: " + e[0].str.substr(1), true);
     store_answer a;
     switch (what) {
       case store_query::kind::throttle:

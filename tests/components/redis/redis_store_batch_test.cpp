@@ -387,3 +387,29 @@ TEST_CASE("redis store batch: bad batch options are refused", "[redis]") {
   CHECK_THROWS_WITH(rc::redis_store(drv.conn, {.batch = static_cast<rc::redis_batching>(7)}),
                     Catch::Contains("batch") && Catch::Contains("got 7"));
 }
+
+TEST_CASE("redis store batch: a decision the server refuses fails alone, the others in its call stand", "[redis]") {
+  rc::test::redis_server server;
+  driver drv(server.port());
+  auto store = rc::redis_store(drv.conn, {.prefix = "w", .timeout = 2s, .batch = rc::redis_batching::on});
+  (void)drv.one_by_one(*store, {throttle("warm", 1s, 0s)});  // the server learns the script
+  // A key of another type under the name the fixed window would use: INCR on it is an error.
+  server.raw({"LPUSH", "{w:bad}:fw", "x"});
+  const auto fixed = rc::store_query::kind::fixed_window;
+  const long long calls = script_calls(server);
+  const auto b = drv.together(*store, {window(fixed, "a", 60s, 10), window(fixed, "bad", 60s, 10),
+                                       window(fixed, "a", 60s, 10), throttle("t", 1s, 0s)});
+  CHECK(script_calls(server) - calls == 1);
+  REQUIRE(b[0].answer);
+  CHECK(b[0].answer->hits == 1);
+  CHECK_FALSE(b[1].answer);
+  CHECK(b[1].error == "RC5010");
+  REQUIRE(b[2].answer);
+  CHECK(b[2].answer->hits == 2);
+  REQUIRE(b[3].answer);
+  CHECK(b[3].answer->admitted);
+  // The decisions that stood were counted once: the next hit of "a" is its third.
+  const auto next = drv.one_by_one(*store, {window(fixed, "a", 60s, 10)});
+  REQUIRE(next[0].answer);
+  CHECK(next[0].answer->hits == 3);
+}
