@@ -46,19 +46,6 @@ bool eventually(std::chrono::milliseconds limit, F f) {
   return true;
 }
 
-/// Runs `f` with a deadline: ends the test binary loudly (instead of hanging it) when `f` does
-/// not return in time.
-template <class F>
-void within(std::chrono::seconds limit, F f) {
-  auto done = std::async(std::launch::async, std::move(f));
-  if (done.wait_for(limit) != std::future_status::ready) {
-    std::fprintf(stderr, "redis_stream outage test: still running after %llds, giving up\n",
-                 static_cast<long long>(limit.count()));
-    std::_Exit(1);
-  }
-  done.get();
-}
-
 }  // namespace
 
 TEST_CASE("redis_stream: the source rides out a killed and restarted server, backing off, losing no entry", "[redis]") {
@@ -105,7 +92,7 @@ TEST_CASE("redis_stream: the source rides out a killed and restarted server, bac
     return runs.size();
   };
 
-  within(60s, [&] {
+  rc::test::within(60s, [&] {
     ctx.start();
     REQUIRE(eventually(10s, [&] { return processed.load() >= 100; }));
     server.kill();
@@ -200,7 +187,7 @@ TEST_CASE("redis_stream: the destination's fields option writes exactly the fiel
                   std::lock_guard lock(mutex);
                   read.emplace_back(ex.body<std::string>(), ex.headers().to_json());
                 }));
-    within(20s, [&] {
+    rc::test::within(20s, [&] {
       ctx.start();
       ctx.drain();
       ctx.stop();

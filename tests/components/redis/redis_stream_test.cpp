@@ -54,19 +54,6 @@ std::vector<std::string> seed(rc::test::sync_redis& redis, const std::string& st
   return ids;
 }
 
-/// Runs `f` with a deadline: ends the test binary loudly (instead of hanging it) when `f` does
-/// not return in time (a source that never finishes).
-template <class F>
-void within(std::chrono::seconds limit, F f) {
-  auto done = std::async(std::launch::async, std::move(f));
-  if (done.wait_for(limit) != std::future_status::ready) {
-    std::fprintf(stderr, "redis_stream test: still running after %llds, giving up\n",
-                 static_cast<long long>(limit.count()));
-    std::_Exit(1);
-  }
-  done.get();
-}
-
 /// The entry id each recorded run wrote to the `out` stream, in order.
 std::vector<std::string> recorded(rc::test::sync_redis& redis, const std::string& out) {
   std::vector<std::string> ids;
@@ -125,7 +112,7 @@ TEST_CASE("redis_stream: the destination writes body and headers, the source rea
                   bodies.push_back(ex.body<std::string>());
                   headers.push_back(ex.headers().to_json());
                 }));
-    within(20s, [&] {
+    rc::test::within(20s, [&] {
       ctx.start();
       ctx.drain();
       ctx.stop();
@@ -190,7 +177,7 @@ TEST_CASE("redis_stream: a failing entry is retried and after max_deliveries mov
     }
     if (body.rfind("poison", 0) == 0 || (body == "flaky" && n == 1)) throw std::runtime_error("cannot process " + body);
   }));
-  within(30s, [&] {
+  rc::test::within(30s, [&] {
     ctx.start();
     ctx.drain();
     ctx.stop();
@@ -253,7 +240,7 @@ TEST_CASE("redis_stream: the source holds at most max_in_flight entries read and
       std::this_thread::sleep_for(1ms);
     }
   });
-  within(60s, [&] {
+  rc::test::within(60s, [&] {
     ctx.start();
     ctx.drain();
     ctx.stop();
@@ -366,7 +353,7 @@ TEST_CASE("redis_stream: 10,000 entries, three consumers, one killed mid-batch: 
   ::waitpid(child, nullptr, 0);
   child = 0;
 
-  within(60s, [&] {
+  rc::test::within(60s, [&] {
     a.ctx.drain();
     b.ctx.drain();
   });

@@ -4,6 +4,9 @@
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <future>
 #include <stdexcept>
 #include <string>
@@ -13,6 +16,18 @@
 #include "rc/redis.hpp"
 
 namespace rc::test {
+
+/// Runs `f` with a deadline: ends the test binary loudly (instead of hanging it) when `f` does
+/// not return in time (a source that never finishes).
+template <class F>
+void within(std::chrono::seconds limit, F f) {
+  auto done = std::async(std::launch::async, std::move(f));
+  if (done.wait_for(limit) != std::future_status::ready) {
+    std::fprintf(stderr, "redis test: still running after %llds, giving up\n", static_cast<long long>(limit.count()));
+    std::_Exit(1);
+  }
+  done.get();
+}
 
 class sync_redis {
  public:
