@@ -1,5 +1,6 @@
 #include "rc/gates/keyed_lru.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <list>
@@ -173,6 +174,41 @@ TEST_CASE("state pointers stay valid while the table grows") {
     REQUIRE(t.find(key_of(i)) == states[i]);
     REQUIRE(states[i]->waiters == i);
   }
+}
+
+TEST_CASE("a table past its first arenas and mapped blocks keeps every key, state and pointer") {
+  // 300,000 keys: arenas of 1 to 512 chunks, the later ones and the index (1 MiB from 262,144
+  // entries) in mappings of their own; moved and cleared, which unmaps them.
+  constexpr std::size_t n = 300'000;
+  table t(n);
+  std::vector<key_state*> states;
+  states.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    states.push_back(t.touch(key_of(i), never));
+    REQUIRE(states.back() != nullptr);
+    REQUIRE(states.back()->waiters == 0);  // value-initialised, on fresh pages as on the heap
+    states.back()->waiters = static_cast<std::uint32_t>(i);
+  }
+  table moved(std::move(t));
+  for (std::size_t i = 0; i < n; ++i) {
+    REQUIRE(moved.find(key_of(i)) == states[i]);
+    REQUIRE(states[i]->waiters == i);
+  }
+  CHECK(moved.touch("one more", never) == nullptr);  // full, and nothing may be evicted
+  moved.clear();
+  CHECK(moved.memory_bytes() == 0);
+  CHECK(moved.touch(key_of(7), always)->waiters == 0);
+}
+
+TEST_CASE("a table block of a mapped size comes zeroed, and a small one when asked") {
+  const rc::detail::table_block mapped(rc::detail::table_block::mapped_from, true);
+  const auto* bytes = static_cast<const unsigned char*>(mapped.data());
+  REQUIRE(bytes != nullptr);
+  CHECK(std::all_of(bytes, bytes + mapped.bytes(), [](unsigned char b) { return b == 0; }));
+  const rc::detail::table_block small(4096, true);
+  const auto* few = static_cast<const unsigned char*>(small.data());
+  CHECK(std::all_of(few, few + small.bytes(), [](unsigned char b) { return b == 0; }));
+  CHECK(rc::detail::table_block(0, true).data() == nullptr);
 }
 
 TEST_CASE("a keyed table agrees with a simple model through a long random run of touches") {

@@ -8,9 +8,14 @@
 // entry is evicted or the table is cleared. No locking inside: callers serialise access.
 //
 // Layout, chosen to cost under 64 bytes per key plus the characters of long keys:
-// - slots {State, prev, next, hash, key} live in fixed-size chunks, allocated as the table fills
+// - slots {State, prev, next, hash, key} live in fixed-size chunks of 128, made as the table fills
 //   and never moved (hence the stable pointers). prev/next are uint32 slot numbers forming the LRU
 //   list. Keys up to 16 characters are stored in the slot, longer ones in an exact-size buffer.
+// - chunks are carved from arenas that double in size (1, 2, 4 ... chunks, at most 1024, never
+//   more than max_keys needs). An arena of a MiB or more, and an index as large, are fresh
+//   anonymous pages in whole 2 MiB huge pages, advised for transparent huge pages
+//   (detail::table_block): the kernel hands them over zeroed and only as they are touched, so
+//   resident memory follows the keys held, and a new index needs no clearing pass.
 // - the index is open addressing with linear probing over uint32 entries, each packing a slot
 //   number with a tag (bits mixed from the key's hash), so a probe rarely touches a slot whose key
 //   cannot match. It doubles at 3/4 load, refilled from the slots in memory order (a slot keeps
@@ -32,6 +37,44 @@
 namespace rc {
 
 namespace detail {
+
+/// Memory for a keyed table's arrays. From one MiB up: an anonymous mapping (zeroed by the kernel,
+/// resident only where touched) rounded up to whole huge pages and advised for transparent huge
+/// pages; below that, the heap (zeroed only when asked). bytes() is what it holds, at least what
+/// was asked. Move-only; frees what it holds.
+class table_block {
+ public:
+  static constexpr std::size_t mapped_from = std::size_t{1} << 20;
+  static constexpr std::size_t huge_page = std::size_t{2} << 20;
+
+  table_block() noexcept = default;
+  /// Throws std::bad_alloc when the memory cannot be had.
+  table_block(std::size_t bytes, bool zeroed);
+  table_block(table_block&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)),
+        mapped_(std::exchange(other.mapped_, false)) {}
+  table_block& operator=(table_block&& other) noexcept {
+    if (this != &other) {
+      release();
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+      mapped_ = std::exchange(other.mapped_, false);
+    }
+    return *this;
+  }
+  ~table_block() { release(); }
+
+  void* data() const noexcept { return data_; }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  void release() noexcept;
+
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+  bool mapped_ = false;  // a mapping of its own, else from the heap
+};
 
 /// A key and its hash: short keys inline, long keys in an exact-size heap buffer.
 class stored_key {
@@ -98,12 +141,16 @@ class keyed_lru {
   }
   keyed_lru& operator=(keyed_lru&& other) noexcept {
     if (this != &other) {
+      destroy_slots();
       max_keys_ = other.max_keys_;
       slot_mask_ = other.slot_mask_;
       take_contents(other);
     }
     return *this;
   }
+  keyed_lru(const keyed_lru&) = delete;
+  keyed_lru& operator=(const keyed_lru&) = delete;
+  ~keyed_lru() { destroy_slots(); }
 
   /// Finds key, making it the most recently used, or inserts it with a value-initialised State.
   /// Returns nullptr, changing nothing, when the table is full and none of the eviction_scan least
@@ -168,17 +215,22 @@ class keyed_lru {
   std::size_t size() const noexcept { return size_; }
   std::size_t max_keys() const noexcept { return max_keys_; }
 
-  /// Heap bytes the table has requested: slots, index, chunk list and the characters of long keys
-  /// (not the allocator's own overhead per long key).
+  /// Bytes the table uses: the slots made so far (whole chunks), the index, the chunk and arena
+  /// lists and the characters of long keys (not the allocator's own overhead per long key). An
+  /// arena's chunks not made yet are address space only, untouched, and not counted.
   std::size_t memory_bytes() const noexcept {
     return slots_allocated_ * sizeof(slot) + chunks_.capacity() * sizeof(chunks_[0]) +
-           index_size() * sizeof(std::uint32_t) + heap_key_bytes_;
+           arenas_.capacity() * sizeof(arenas_[0]) + index_size() * sizeof(std::uint32_t) + heap_key_bytes_;
   }
 
   /// Forgets every key and releases all memory.
   void clear() noexcept {
+    destroy_slots();
     chunks_ = decltype(chunks_)();
-    index_.reset();
+    arenas_ = decltype(arenas_)();
+    arena_slots_ = arena_free_ = 0;
+    index_block_ = detail::table_block();
+    index_ = nullptr;
     index_mask_ = 0;
     publish_hint();
     slots_allocated_ = 0;
@@ -191,6 +243,7 @@ class keyed_lru {
   static constexpr std::uint32_t nil = std::numeric_limits<std::uint32_t>::max();
   static constexpr unsigned chunk_bits = 7;  // 128 slots: 6 KiB with a 16-byte State
   static constexpr std::uint32_t chunk_mask = (1u << chunk_bits) - 1;
+  static constexpr std::size_t max_arena_chunks = 1024;  // 6 MiB with a 16-byte State
   static constexpr std::size_t min_index_size = 8;
 
   static std::uint32_t checked(std::size_t max_keys) {
@@ -219,10 +272,10 @@ class keyed_lru {
 
   slot& at(std::uint32_t s) noexcept { return chunks_[s >> chunk_bits][s & chunk_mask]; }
   std::uint32_t slot_of(std::uint32_t entry) const noexcept { return (entry & slot_mask_) - 1; }
-  std::size_t index_size() const noexcept { return index_ ? std::size_t{index_mask_} + 1 : 0; }
+  std::size_t index_size() const noexcept { return index_ != nullptr ? std::size_t{index_mask_} + 1 : 0; }
 
   std::uint32_t find_slot(std::string_view key, key_hash h) noexcept {
-    if (!index_) return nil;
+    if (index_ == nullptr) return nil;
     for (std::uint32_t pos = h.home & index_mask_;; pos = (pos + 1) & index_mask_) {
       const std::uint32_t entry = index_[pos];
       if (entry == 0) return nil;
@@ -267,26 +320,53 @@ class keyed_lru {
     return nil;
   }
 
-  // Allocates what inserting slot number size_ needs: its chunk and index space at <= 3/4 load.
+  // Makes what inserting slot number size_ needs: its chunk and index space at <= 3/4 load.
   void make_room_for_one_more() {
-    if (size_ == slots_allocated_) {
-      const std::size_t n = std::min<std::size_t>(chunk_mask + 1, max_keys_ - slots_allocated_);
-      chunks_.push_back(std::unique_ptr<slot[]>(new slot[n]));
-      slots_allocated_ += n;
-    }
+    if (size_ == slots_allocated_) make_chunk();
     if ((std::size_t{size_} + 1) * 4 > index_size() * 3) {
       rebuild_index(std::max(min_index_size, index_size() * 2));
     }
   }
 
+  // The next chunk's slots, constructed in the current arena, or in a new one twice the size of
+  // the last (at most max_arena_chunks, at most what max_keys still needs; a mapped arena's
+  // rounding to whole huge pages is used too).
+  void make_chunk() {
+    const std::size_t n = std::min<std::size_t>(chunk_mask + 1, max_keys_ - slots_allocated_);
+    if (arena_free_ < n) {
+      const std::size_t chunks = arenas_.empty() ? 1 : std::min(max_arena_chunks, 2 * (arena_slots_ >> chunk_bits));
+      const std::size_t slots = std::min(chunks << chunk_bits, max_keys_ - slots_allocated_);
+      arenas_.reserve(arenas_.size() + 1);
+      detail::table_block& arena = arenas_.emplace_back(slots * sizeof(slot), false);
+      arena_slots_ = arena_free_ = std::min(arena.bytes() / sizeof(slot), max_keys_ - slots_allocated_);
+      chunks_.reserve(chunks_.size() + (arena_slots_ >> chunk_bits) + 1);
+    }
+    chunks_.reserve(chunks_.size() + 1);  // so that nothing below throws
+    slot* first = static_cast<slot*>(arenas_.back().data()) + (arena_slots_ - arena_free_);
+    std::uninitialized_value_construct_n(first, n);  // noexcept: a slot's parts are
+    chunks_.push_back(first);
+    arena_free_ -= n;
+    slots_allocated_ += n;
+  }
+
+  void destroy_slots() noexcept {
+    for (std::size_t c = 0, made = 0; made < slots_allocated_; ++c) {
+      const std::size_t n = std::min<std::size_t>(chunk_mask + 1, slots_allocated_ - made);
+      std::destroy_n(chunks_[c], n);
+      made += n;
+    }
+    slots_allocated_ = 0;
+  }
+
   // Every slot below size_ holds a key (a slot is only ever reused, never emptied), so the new
   // index is filled from the slots in memory order: one pass over them, no random reads.
   void rebuild_index(std::size_t new_size) {
-    index_ = std::make_unique<std::uint32_t[]>(new_size);  // zeroed; the old one kept if this throws
+    index_block_ = detail::table_block(new_size * sizeof(std::uint32_t), true);  // the old one kept if this throws
+    index_ = static_cast<std::uint32_t*>(index_block_.data());
     index_mask_ = static_cast<std::uint32_t>(new_size - 1);
     publish_hint();
     for (std::uint32_t s = 0; s < size_; s += chunk_mask + 1) {
-      const slot* chunk = chunks_[s >> chunk_bits].get();
+      const slot* chunk = chunks_[s >> chunk_bits];
       const std::uint32_t n = std::min<std::uint32_t>(chunk_mask + 1, size_ - s);
       for (std::uint32_t i = 0; i < n; ++i) insert_index(s + i, {chunk[i].key.hash(), tag_of(chunk[i].key.hash())});
     }
@@ -322,13 +402,17 @@ class keyed_lru {
     slots_allocated_ = std::exchange(other.slots_allocated_, 0);
     heap_key_bytes_ = std::exchange(other.heap_key_bytes_, 0);
     chunks_ = std::exchange(other.chunks_, decltype(chunks_)());
-    index_ = std::move(other.index_);
+    arenas_ = std::exchange(other.arenas_, decltype(arenas_)());
+    arena_slots_ = std::exchange(other.arena_slots_, 0);
+    arena_free_ = std::exchange(other.arena_free_, 0);
+    index_block_ = std::move(other.index_block_);
+    index_ = std::exchange(other.index_, nullptr);
     publish_hint();
     other.publish_hint();
   }
 
   void publish_hint() noexcept {
-    index_hint_.store(index_.get(), std::memory_order_relaxed);
+    index_hint_.store(index_, std::memory_order_relaxed);
     index_mask_hint_.store(index_mask_, std::memory_order_relaxed);
   }
 
@@ -348,10 +432,14 @@ class keyed_lru {
   // wrong address does no harm).
   std::atomic<const std::uint32_t*> index_hint_{nullptr};
   std::atomic<std::uint32_t> index_mask_hint_{0};
-  std::size_t slots_allocated_ = 0;
+  std::size_t slots_allocated_ = 0;  // slots made (constructed), chunk by chunk
   std::size_t heap_key_bytes_ = 0;
-  std::vector<std::unique_ptr<slot[]>> chunks_;
-  std::unique_ptr<std::uint32_t[]> index_;
+  std::vector<slot*> chunks_;  // each chunk_mask + 1 slots (the last maybe fewer), in the arenas
+  std::vector<detail::table_block> arenas_;
+  std::size_t arena_slots_ = 0;  // slots the last arena holds
+  std::size_t arena_free_ = 0;   // of those, not made yet
+  detail::table_block index_block_;
+  std::uint32_t* index_ = nullptr;  // index_block_'s entries
 };
 
 }  // namespace rc
