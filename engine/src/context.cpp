@@ -13,17 +13,22 @@
 #include <thread>
 
 #include "rc/error.hpp"
+#include "rc/options.hpp"
 
 namespace asio = boost::asio;
 
 namespace rc {
 namespace {
 
+// The most context_options::timer_lead may be: a longer spin would hold a thread for nothing.
+constexpr duration max_timer_lead = std::chrono::milliseconds(10);
+
 // The real clock: steady_clock, re-based to the context's creation so engine times stay small.
 // One asio timer is armed for the earliest pending wait; the heap does the rest.
 class steady_scheduler final : public scheduler {
  public:
-  explicit steady_scheduler(asio::io_context& io) : epoch_(std::chrono::steady_clock::now()), timer_(io) {
+  steady_scheduler(asio::io_context& io, duration lead)
+      : epoch_(std::chrono::steady_clock::now()), lead_(lead), timer_(io) {
     timespec res{};
     if (::clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0)
       coarse_resolution_ = std::chrono::seconds(res.tv_sec) + std::chrono::nanoseconds(res.tv_nsec);
@@ -60,19 +65,31 @@ class steady_scheduler final : public scheduler {
   void earliest_changed(time_point due) override {  // mutex_ held
     if (due >= armed_) return;
     armed_ = due;
-    timer_.expires_at(epoch_ + due.time_since_epoch());
-    timer_.async_wait([this](const boost::system::error_code& ec) {
+    timer_.expires_at(epoch_ + (due - lead_).time_since_epoch());
+    timer_.async_wait([this, due](const boost::system::error_code& ec) {
       if (ec == asio::error::operation_aborted) return;
       {
         std::lock_guard lock(mutex_);
         armed_ = time_point::max();
+      }
+      // timer_lead: woken early on purpose; the rest of the way on the clock. A wait that came due
+      // earlier meanwhile armed a timer of its own and is fired with this one.
+      if (lead_ > duration::zero()) {
+        while (now() < due) spin_pause();
       }
       fire_due(now(), false);
     });
   }
 
  private:
+  static void spin_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+
   std::chrono::steady_clock::time_point epoch_;
+  duration lead_;                                 // context_options::timer_lead
   duration coarse_resolution_ = duration::max();  // max: no coarse clock, coarse_now() is now()
   asio::steady_timer timer_;
   time_point armed_ = time_point::max();
@@ -133,13 +150,15 @@ struct context::impl {
       throw error(errc::bad_shutdown_timeout,
                   fmt::format("context shutdown_timeout must be > 0, got {}ms", to_ms(options.shutdown_timeout)));
     if (options.threads == 0) throw error(errc::misconfigured, "context threads must be >= 1, got 0");
+    if (options.timer_lead < duration::zero() || options.timer_lead > max_timer_lead)
+      invalid_option("context", "timerLead", "between 0ms and " + ms_text(max_timer_lead), ms_text(options.timer_lead));
     if (options.id.empty()) options.id = random_context_id();
     if (is_virtual) {
       auto m = std::make_unique<manual_clock>();
       manual = m.get();
       clock = std::move(m);
     } else {
-      clock = std::make_unique<steady_scheduler>(io);
+      clock = std::make_unique<steady_scheduler>(io, options.timer_lead);
     }
     clock->set_executor([this](std::coroutine_handle<> h) { asio::post(io, [h] { h.resume(); }); });
     auto render = is_virtual ? std::function<std::string(time_point)>([this](time_point t) {

@@ -139,6 +139,52 @@ TEST_CASE("zero threads is RC5003 at construction") {
                        rc_error(rc::errc::misconfigured, "threads"));
 }
 
+TEST_CASE("a timer_lead below zero or above 10 ms is RC5003 at construction") {
+  CHECK_THROWS_MATCHES(rc::context(rc::context_options{.timer_lead = -1us}), rc::error,
+                       rc_error(rc::errc::misconfigured, "timerLead"));
+  CHECK_THROWS_MATCHES(rc::context(rc::context_options{.timer_lead = 10ms + 1us}), rc::error,
+                       rc_error(rc::errc::misconfigured, "timerLead"));
+  CHECK_NOTHROW(rc::context(rc::context_options{.timer_lead = 10ms}));
+}
+
+TEST_CASE("with a timer_lead, a real-time throttle and delay still never run before their time") {
+  // The OS timer is set 2 ms early and the thread spins the rest: nothing may fire early. 20
+  // exchanges at 1000/s burst 1, each then waiting delay(1ms): about 25 ms of real time.
+  constexpr int n = 20;
+  rc::context ctx(rc::context_options{.timer_lead = 2ms});
+  rc::spy<int> paced;
+  rc::spy<int> out;
+  std::vector<int> values(n);
+  for (int i = 0; i < n; ++i) values[static_cast<std::size_t>(i)] = i;
+  ctx.add(rc::craft()
+              .id("lead")
+              .from(rc::simple(values))
+              .throttle({.rate = 1000, .burst = 1})
+              .process(paced)
+              .delay(1ms)
+              .to(out));
+  const rc::time_point started = ctx.now();
+  ctx.start();
+  ctx.drain();
+  ctx.stop();
+  auto admitted = paced.times();
+  auto done = out.times();
+  REQUIRE(admitted.size() == static_cast<std::size_t>(n));
+  REQUIRE(done.size() == static_cast<std::size_t>(n));
+  std::sort(admitted.begin(), admitted.end());
+  for (int k = 0; k < n; ++k) {
+    INFO("admission " << k << " at " << rc::to_ms(admitted[static_cast<std::size_t>(k)] - started.time_since_epoch())
+                      << " ms");
+    CHECK(admitted[static_cast<std::size_t>(k)] - started.time_since_epoch() >= k * 1ms);
+  }
+  const auto before = paced.received();
+  for (const auto& r : out.received()) {
+    const auto it = std::find_if(before.begin(), before.end(), [&](const auto& p) { return p.body == r.body; });
+    REQUIRE(it != before.end());
+    CHECK(r.at - it->at >= 1ms);
+  }
+}
+
 TEST_CASE("a context started and stopped in real time delivers its finite routes") {
   rc::context ctx;
   rc::spy<int> out;

@@ -52,6 +52,12 @@ struct context_options {
   duration shutdown_timeout = std::chrono::seconds(30);
   /// Context id in event payloads; random when empty.
   std::string id;
+  /// Real time only: the OS timer is set this much before each wait falls due, and the thread it
+  /// wakes spins on the clock for the rest, so a throttle's slot or a delay's end is met within a
+  /// few µs whenever the OS wakes the thread no later than that (a VM typically wakes it 50-150 µs
+  /// after its time). Costs up to timer_lead of a core per timer, and the woken thread runs
+  /// nothing else meanwhile. 0 (the default): the OS timer alone. In [0, 10 ms] (RC5003 otherwise).
+  duration timer_lead = duration::zero();
 };
 
 struct stop_result {
