@@ -1,6 +1,6 @@
 // rc-bench: end-to-end figures for the engine, one scenario per run.
 //
-//   rc-bench --scenario NAME [--n N] [--max-keys K] [--threads T]
+//   rc-bench --scenario NAME [--n N] [--max-keys K] [--threads T] [--timer-lead-us U]
 //
 // Prints one JSON object: scenario, n, threads, seconds, per_second, peak_rss_mb, cpu_seconds,
 // plus the scenario's own figures. Every scenario runs on a real-time context (steady clock, T
@@ -96,10 +96,13 @@ std::vector<int> iota_values(std::size_t n) {
   return v;
 }
 
-/// Worker threads of every scenario's context (--threads).
+/// Worker threads of every scenario's context (--threads), and its timer_lead (--timer-lead-us).
 unsigned bench_threads = 1;
+rc::duration bench_timer_lead{};
 
-rc::context_options bench_options() { return rc::context_options{.threads = bench_threads}; }
+rc::context_options bench_options() {
+  return rc::context_options{.threads = bench_threads, .timer_lead = bench_timer_lead};
+}
 
 /// A count bumped from the worker threads. Each thread has its own cache line (a shared counter
 /// would make two threads fight over one line on every exchange); the total is read after
@@ -483,10 +486,18 @@ result pacing(const run_config& c) {
   // Nobody may be early; lateness is how far behind its slot the step actually ran. A stall of
   // the process (a VM pause) makes the throttle move its schedule later by the whole intervals
   // lost rather than admit the missed slots in a burst, so the slot model does the same: an
-  // admission a whole interval or more behind its slot moves the slots from there on. The fixed
+  // admission a whole interval or more behind its slot moves the slots from there on. The
+  // throttle judges that when it wakes, the step records the time a little later: an admission
+  // just under a whole interval late to the throttle can be just over it here. Moving the slots
+  // then would put every later slot an interval after the throttle's, and their admissions would
+  // read as early (a negative p50, a p99 too small), so a move is trusted only as far as the
+  // admissions allow: none is half an interval or more before its slot. The fixed
   // schedule first_arrival + k / rate is reported too: no limiter that keeps burst + rate * t
   // can meet it once a stall has cost it slots.
   const double interval_us = 1e6 / rate;
+  const auto at_us = [&](std::size_t k) {
+    return std::chrono::duration<double, std::micro>(admitted[k] - *first_arrival).count();
+  };
   std::vector<double> late_us;
   std::vector<double> fixed_late_us;
   late_us.reserve(admitted.size());
@@ -494,14 +505,19 @@ result pacing(const run_config& c) {
   double slot_us = 0;
   std::size_t moves = 0;
   for (std::size_t k = 0; k < admitted.size(); ++k) {
-    const double at_us = std::chrono::duration<double, std::micro>(admitted[k] - *first_arrival).count();
     if (k > 0) slot_us += interval_us;
-    if (const double behind = at_us - slot_us; behind >= interval_us) {
-      slot_us += std::floor(behind / interval_us) * interval_us;
-      ++moves;
+    if (const double behind = at_us(k) - slot_us; behind >= interval_us) {
+      double whole = std::floor(behind / interval_us);
+      if (k + 1 < admitted.size() && at_us(k + 1) < slot_us + whole * interval_us + interval_us / 2) whole -= 1;
+      slot_us += whole * interval_us;
+      if (whole >= 1) ++moves;
     }
-    late_us.push_back(at_us - slot_us);
-    fixed_late_us.push_back(at_us - static_cast<double>(k) * interval_us);
+    // Moved too far at a stall the next admission did not show (two stalls in a row): back, as far
+    // as the schedule had moved.
+    while (at_us(k) < slot_us - interval_us / 2 && slot_us - interval_us >= static_cast<double>(k) * interval_us)
+      slot_us -= interval_us;
+    late_us.push_back(at_us(k) - slot_us);
+    fixed_late_us.push_back(at_us(k) - static_cast<double>(k) * interval_us);
   }
   std::vector<double> sorted = late_us;
   std::sort(sorted.begin(), sorted.end());
@@ -651,8 +667,11 @@ constexpr scenario scenarios[] = {
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "rc-bench: %s\nusage: rc-bench --scenario NAME [--n N] [--max-keys K] [--threads T]\nscenarios:", why);
+  std::fprintf(
+      stderr,
+      "rc-bench: %s\nusage: rc-bench --scenario NAME [--n N] [--max-keys K] [--threads T] [--timer-lead-us U]\n"
+      "scenarios:",
+      why);
   for (const auto& s : scenarios) std::fprintf(stderr, " %.*s", static_cast<int>(s.name.size()), s.name.data());
   std::fprintf(stderr, "\n");
   std::exit(2);
@@ -682,6 +701,8 @@ int main(int argc, char** argv) {
       max_keys = parse_count(argv[++i]);
     else if (arg == "--threads")
       bench_threads = static_cast<unsigned>(std::min<std::size_t>(parse_count(argv[++i]), 256));
+    else if (arg == "--timer-lead-us")
+      bench_timer_lead = std::chrono::microseconds(parse_count(argv[++i]));
     else
       usage("unknown argument");
   }
@@ -697,6 +718,7 @@ int main(int argc, char** argv) {
     nlohmann::json out = {{"scenario", it->name},
                           {"n", config.n},
                           {"threads", bench_threads},
+                          {"timer_lead_us", std::chrono::duration<double, std::micro>(bench_timer_lead).count()},
                           {"seconds", r.seconds},
                           {"per_second", static_cast<double>(config.n) / r.seconds},
                           {"peak_rss_mb", peak_rss_mb()},
