@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "rc/error.hpp"
+#include "rc/gates/spin_mutex.hpp"
 #include "rc/options.hpp"
 
 namespace asio = boost::asio;
@@ -75,19 +76,13 @@ class steady_scheduler final : public scheduler {
       // timer_lead: woken early on purpose; the rest of the way on the clock. A wait that came due
       // earlier meanwhile armed a timer of its own and is fired with this one.
       if (lead_ > duration::zero()) {
-        while (now() < due) spin_pause();
+        while (now() < due) detail::cpu_pause();
       }
       fire_due(now(), false);
     });
   }
 
  private:
-  static void spin_pause() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-
   std::chrono::steady_clock::time_point epoch_;
   duration lead_;                                 // context_options::timer_lead
   duration coarse_resolution_ = duration::max();  // max: no coarse clock, coarse_now() is now()

@@ -14,6 +14,13 @@
 
 namespace rc::detail {
 
+/// The CPU's hint that the thread is spinning (x86 `pause`; nothing elsewhere): a spin loop's body.
+inline void cpu_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 class spin_mutex {
  public:
   void lock() noexcept {
@@ -21,7 +28,7 @@ class spin_mutex {
       if (!locked_.exchange(true, std::memory_order_acquire)) return;
       for (unsigned spins = 0; locked_.load(std::memory_order_relaxed); ++spins) {
         if (spins < max_spins)
-          pause();
+          cpu_pause();
         else
           std::this_thread::yield();
       }
@@ -34,11 +41,6 @@ class spin_mutex {
 
  private:
   static constexpr unsigned max_spins = 256;
-  static void pause() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
   std::atomic<bool> locked_{false};
 };
 
