@@ -3,6 +3,7 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -167,17 +168,24 @@ struct context::impl {
 
   std::atomic<int> waiting{0};  // threads blocked in drain()/stop(); completions notify only then
 
-  // Wakes drain()/stop() only on the way to idle. A sequential source takes `work` from 1 to 0
-  // for every exchange while it is still producing; waking the waiter each time would cost a
-  // futex wake (and a mutex fight) per exchange. The counters' decrements and these loads are
-  // all seq_cst, so of two threads zeroing `work` and `finite_sources` at once, at least one sees
-  // both zero and notifies.
+  // Wakes drain()/stop() only on the way to idle. A sequential source takes its route's runs in
+  // flight from 1 to 0 for every exchange while it is still producing; waking the waiter each
+  // time would cost a futex wake (and a mutex fight) per exchange. The counters' decrements and
+  // these loads are all seq_cst, so of two threads zeroing two of the counters at once (`work`,
+  // `finite_sources`, a route's in_flight_), at least one sees all of them zero and notifies.
   void notify() {
     if (waiting.load() == 0 || !idle()) return;  // seq_cst pairs with the waiter's increment
     std::lock_guard lock(mutex);
     idle_cv.notify_all();
   }
-  bool idle() const { return work.load() == 0 && finite_sources.load() == 0; }
+  // Route runs are counted by their route only (route_runtime::begin_run): one locked
+  // instruction per run and end rather than two. So idle reads every route's count; it is asked
+  // only by drain()/stop() and, on the way to idle, while one of them waits.
+  bool idle() const {
+    if (work.load() != 0 || finite_sources.load() != 0) return false;
+    std::lock_guard lock(routes_mutex);
+    return std::all_of(routes.begin(), routes.end(), [](const auto& r) { return r->in_flight_.load() == 0; });
+  }
 
   /// The calls that move or read virtual time refuse a real-time context.
   void require_virtual(std::string_view call) const {
@@ -487,5 +495,7 @@ void context::work_started() noexcept { impl_->work.fetch_add(1, std::memory_ord
 void context::work_finished() noexcept {
   if (impl_->work.fetch_sub(1) == 1) impl_->notify();
 }
+
+void context::runs_ended() noexcept { impl_->notify(); }
 
 }  // namespace rc

@@ -21,7 +21,19 @@ std::atomic<std::uint64_t> id_counter{1};
 
 }  // namespace
 
-std::uint64_t exchange::next_id() noexcept { return id_counter.fetch_add(1, std::memory_order_relaxed); }
+// Each thread takes ids from the shared counter a block at a time, so making an exchange costs no
+// locked instruction: ids stay unique in the process, and in order within a thread (one thread,
+// as in virtual time, sees 1, 2, 3 ...), but not in order across threads.
+std::uint64_t exchange::next_id() noexcept {
+  constexpr std::uint64_t block = 1024;
+  thread_local std::uint64_t next = 0;
+  thread_local std::uint64_t end = 0;
+  if (next == end) {
+    next = id_counter.fetch_add(block, std::memory_order_relaxed);
+    end = next + block;
+  }
+  return next++;
+}
 std::uint64_t exchange::reserve_ids(std::size_t n) noexcept {
   return id_counter.fetch_add(n, std::memory_order_relaxed);
 }

@@ -335,18 +335,22 @@ template <bool Child>
 }  // namespace
 
 void route_runtime::begin_run(exchange& ex, time_point& started) {
-  in_flight_.fetch_add(1, std::memory_order_acq_rel);
-  ctx_.work_started();
+  in_flight_.fetch_add(1, std::memory_order_acq_rel);  // what drain() waits for (context::impl::idle)
   ex.set_route(this);
   emit_started<false>(*this, ex, started);
 }
 
 void route_runtime::end_run(exchange& ex, outcome& o, time_point started) {
   emit_ended<false>(*this, ex, o, started);
+  runs_ended(1);
+}
+
+void route_runtime::runs_ended(std::size_t n) {
   // seq_cst, paired with context::impl::run_source: of the last run ending and the source
   // finishing, whichever comes second sees the other and announces the route stopped.
-  if (in_flight_.fetch_sub(1) == 1 && source_done_.load()) announce_stopped();
-  ctx_.work_finished();
+  if (in_flight_.fetch_sub(n) != n) return;
+  if (source_done_.load()) announce_stopped();
+  ctx_.runs_ended();
 }
 
 void route_runtime::announce_started(const exchange& ex, time_point& started) {
@@ -439,7 +443,6 @@ void route_runtime::run_batch(std::span<exchange> batch) noexcept {
       if (!advance(run_list_, c, ex, o)) {
         // Parked at a step that waits: from here it is a run of its own (end_run counts it out).
         ++parked;
-        ctx_.work_started();
         spawn_run(std::move(ex), c, started, std::move(o));
         continue;
       }
@@ -447,9 +450,7 @@ void route_runtime::run_batch(std::span<exchange> batch) noexcept {
     emit_ended<false>(*this, ex, o, started);
   }
   const std::size_t ended = batch.size() - parked;
-  // seq_cst, as in end_run.
-  if (ended > 0 && in_flight_.fetch_sub(ended) == ended && source_done_.load()) announce_stopped();
-  ctx_.work_finished();
+  if (ended > 0) runs_ended(ended);
 }
 
 void source_context::spawn_batch(std::span<exchange> batch) {
@@ -473,10 +474,8 @@ void source_context::spawn_batch(std::span<exchange> batch) {
     const auto first = batch.begin() + static_cast<std::ptrdiff_t>(own + (k - 1) * share);
     const auto last = k + 1 == shares ? batch.end() : first + static_cast<std::ptrdiff_t>(share);
     std::vector<exchange> part(std::make_move_iterator(first), std::make_move_iterator(last));
-    route_.ctx().work_started();
     boost::asio::post(route_.ctx().io(), [rt = &route_, part = std::move(part)]() mutable { rt->run_batch(part); });
   }
-  route_.ctx().work_started();
   route_.run_batch(batch.first(own));
 }
 
@@ -533,7 +532,6 @@ bool source_context::run_chunk(detail::shared_spawn& s, std::vector<exchange>& b
     return false;
   }
   route_.in_flight_.fetch_add(buf.size(), std::memory_order_acq_rel);
-  route_.ctx().work_started();
   route_.run_batch(buf);
   buf.clear();
   return true;

@@ -133,6 +133,9 @@ class context {
   /// Bookkeeping for work outside a route run that drain() must wait for (taps, replies).
   void work_started() noexcept;
   void work_finished() noexcept;
+  /// A route's runs in flight went to zero (route_runtime counts them, not work_started()):
+  /// wakes drain() and stop() when that made the context idle.
+  void runs_ended() noexcept;
 
   // ---- calling a route from application code (rc/call.hpp, docs/operations.md) ----------------
   /// Runs `body` (and `headers`) through the route behind `endpoint` (rc::direct<T>("name")) and

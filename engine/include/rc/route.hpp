@@ -145,11 +145,14 @@ class route_runtime {
   friend class context;
   friend class source_context;
   void begin_run(exchange& ex, time_point& started);
-  // Runs exchanges that in_flight_ counts already, and the context's work counts once for all
-  // of them (source_context::spawn_batch): counted per batch, not per exchange, so threads
-  // running batches do not write the same counters for every exchange. Never throws.
+  // Runs exchanges that in_flight_ counts already (source_context::spawn_batch): counted per
+  // batch, not per exchange, so threads running batches do not write the same counter for every
+  // exchange. Never throws.
   void run_batch(std::span<exchange> batch) noexcept;
   void end_run(exchange& ex, outcome& o, time_point started);
+  // n runs counted in in_flight_ are over: the last one announces a finished route stopped and
+  // tells the context (its idle() reads in_flight_; route runs take no work_started()).
+  void runs_ended(std::size_t n);
   // The lifecycle events of one exchange (a run's, or a split child's).
   void announce_started(const exchange& ex, time_point& started);
   void announce_ended(exchange& ex, outcome& o, time_point started);
