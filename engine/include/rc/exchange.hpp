@@ -322,6 +322,8 @@ class exchange {
   /// {id, headers, body} as JSON, for events that carry the exchange.
   nlohmann::json to_json() const;
 
+  /// A fresh id: unique within the process; increasing within one thread, not across threads
+  /// (each thread takes its ids from the shared counter 1,024 at a time).
   static std::uint64_t next_id() noexcept;
   /// `n` consecutive fresh ids; returns the first. One update of the shared counter for a whole
   /// batch (exchange(id) for each), so threads making exchanges at once do not fight over it.
