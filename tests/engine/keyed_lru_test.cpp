@@ -7,6 +7,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -68,7 +69,11 @@ TEST_CASE("keys that differ only in length, late characters or embedded zeros ar
       "0123456789abcdef0",  // 17: the shortest stored outside
       "0123456789abcdef1",
       std::string(1000, 'x'),
-      std::string(1000, 'x') + "y",
+      [] {  // 1000 x and a y (not written as a sum: g++ 12 warns falsely about that one here)
+        std::string k(1001, 'x');
+        k.back() = 'y';
+        return k;
+      }(),
   };
   table t(16);
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -200,7 +205,7 @@ TEST_CASE("a table past its first arenas and mapped blocks keeps every key, stat
   CHECK(moved.touch(key_of(7), always)->waiters == 0);
 }
 
-TEST_CASE("a table block of a mapped size comes zeroed, and a small one when asked") {
+TEST_CASE("a table block of a mapped or populated size comes zeroed, and a small one when asked") {
   const rc::detail::table_block mapped(rc::detail::table_block::mapped_from, true);
   const auto* bytes = static_cast<const unsigned char*>(mapped.data());
   REQUIRE(bytes != nullptr);
@@ -208,6 +213,11 @@ TEST_CASE("a table block of a mapped size comes zeroed, and a small one when ask
   const rc::detail::table_block small(4096, true);
   const auto* few = static_cast<const unsigned char*>(small.data());
   CHECK(std::all_of(few, few + small.bytes(), [](unsigned char b) { return b == 0; }));
+  // Between: an index's own mapping, its pages made at once.
+  const rc::detail::table_block mid(rc::detail::table_block::populated_from * 4, true);
+  const auto* between = static_cast<const unsigned char*>(mid.data());
+  REQUIRE(between != nullptr);
+  CHECK(std::all_of(between, between + mid.bytes(), [](unsigned char b) { return b == 0; }));
   CHECK(rc::detail::table_block(0, true).data() == nullptr);
 }
 
@@ -340,4 +350,93 @@ TEST_CASE("a moved-from table is empty and still usable") {
   CHECK(t.find("b") != nullptr);
   CHECK(moved.size() == 0);
   CHECK(moved.touch("d", always) != nullptr);
+}
+
+// ---- tables that share a budget of keys and a chunk pool (a split gate's parts) -----------------
+
+TEST_CASE("a table made with less room asks more_room for each new key past it, and never holds more") {
+  table t(1000, 0);
+  std::size_t granted = 0, asked = 0;
+  const auto two_more = [&] {
+    ++asked;
+    granted += 2;
+    return std::size_t{2};
+  };
+  for (std::size_t i = 0; i < 5; ++i) REQUIRE(t.touch(key_of(i), t.hash(key_of(i)), always, two_more) != nullptr);
+  CHECK(asked == 3);  // at 0, 2 and 4 keys
+  CHECK(t.room() == 6);
+  CHECK(t.size() == 5);
+  // Touching a key it holds asks nothing.
+  REQUIRE(t.touch(key_of(0), t.hash(key_of(0)), always, two_more) != nullptr);
+  CHECK(asked == 3);
+}
+
+TEST_CASE("a table whose budget is spent evicts as a full one does, or refuses when nothing may go") {
+  table t(1000, 3);
+  const auto none = [] { return std::size_t{0}; };
+  for (std::size_t i = 0; i < 3; ++i) REQUIRE(t.touch(key_of(i), t.hash(key_of(i)), never, none) != nullptr);
+  CHECK(t.touch(key_of(3), t.hash(key_of(3)), never, none) == nullptr);  // nothing evictable
+  CHECK(t.size() == 3);
+  REQUIRE(t.touch(key_of(3), t.hash(key_of(3)), always, none) != nullptr);  // the LRU goes
+  CHECK(t.size() == 3);
+  CHECK_FALSE(holds(t, key_of(0)));
+  CHECK(holds(t, key_of(3)));
+  // more_room is held to max_keys.
+  table small(4, 0);
+  const auto plenty = [] { return std::size_t{100}; };
+  for (std::size_t i = 0; i < 6; ++i) REQUIRE(small.touch(key_of(i), small.hash(key_of(i)), always, plenty) != nullptr);
+  CHECK(small.room() == 4);
+  CHECK(small.size() == 4);
+}
+
+TEST_CASE("tables on one chunk pool keep their own keys, states and pointers") {
+  constexpr std::size_t keys = 20'000;  // several chunks each, past the pool's first huge page
+  rc::detail::chunk_pool pool(table::pool_bytes(2 * keys, 2));
+  table a(2 * keys, 2 * keys, &pool), b(2 * keys, 2 * keys, &pool);
+  std::vector<key_state*> pa, pb;
+  for (std::size_t i = 0; i < keys; ++i) {
+    key_state* x = a.touch(key_of(i), always);
+    key_state* y = b.touch(long_key_of(i), always);
+    REQUIRE(x != nullptr);
+    REQUIRE(y != nullptr);
+    x->waiters = static_cast<std::uint32_t>(i);
+    y->waiters = static_cast<std::uint32_t>(i + 1);
+    pa.push_back(x);
+    pb.push_back(y);
+    pool.prepare();
+  }
+  for (std::size_t i = 0; i < keys; i += 97) {
+    CHECK(a.find(key_of(i)) == pa[i]);
+    CHECK(b.find(long_key_of(i)) == pb[i]);
+    CHECK(pa[i]->waiters == i);
+    CHECK(pb[i]->waiters == i + 1);
+    CHECK_FALSE(holds(a, long_key_of(i)));
+  }
+}
+
+TEST_CASE("a chunk pool hands out disjoint aligned stretches until it is spent, from two threads at once") {
+  constexpr std::size_t chunk = 6144;  // 128 slots of 48 bytes
+  rc::detail::chunk_pool pool(8u << 20);
+  REQUIRE(pool.bytes() == (8u << 20));
+  std::vector<char*> got[2];
+  const auto take_all = [&](std::vector<char*>& out) {
+    while (char* p = static_cast<char*>(pool.take(chunk))) {
+      p[0] = 1;  // the memory is usable
+      p[chunk - 1] = 1;
+      out.push_back(p);
+      pool.prepare();  // pages ahead, outside any lock, while the other thread writes its own
+    }
+  };
+  std::thread other([&] { take_all(got[1]); });
+  take_all(got[0]);
+  other.join();
+  std::vector<char*> all(got[0]);
+  all.insert(all.end(), got[1].begin(), got[1].end());
+  std::sort(all.begin(), all.end());
+  CHECK(all.size() == (8u << 20) / chunk);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    CHECK(reinterpret_cast<std::uintptr_t>(all[i]) % 64 == 0);
+    if (i > 0) CHECK(all[i] - all[i - 1] == static_cast<std::ptrdiff_t>(chunk));
+  }
+  CHECK(pool.take(chunk) == nullptr);  // spent: stays spent
 }

@@ -6,6 +6,8 @@
 // the caller refuses the request. Forgetting a bucket in debt would let its key skip the queue,
 // so the table never evicts an entry can_evict refuses. State pointers stay valid until their
 // entry is evicted or the table is cleared. No locking inside: callers serialise access.
+// A table may also be made with room for fewer keys than max_keys and grow its room as touch's
+// caller allows (several tables drawing on one budget: a gate's table split by key hash).
 //
 // Layout, chosen to cost under 64 bytes per key plus the characters of long keys:
 // - slots {State, prev, next, hash, key} live in fixed-size chunks of 128, made as the table fills
@@ -45,6 +47,8 @@ namespace detail {
 class table_block {
  public:
   static constexpr std::size_t mapped_from = std::size_t{1} << 20;
+  /// A zeroed block (an index) from 64 KiB up to mapped_from: its own mapping, all pages made at once.
+  static constexpr std::size_t populated_from = std::size_t{64} << 10;
   static constexpr std::size_t huge_page = std::size_t{2} << 20;
 
   table_block() noexcept = default;
@@ -76,6 +80,54 @@ class table_block {
   bool mapped_ = false;  // a mapping of its own, else from the heap
 };
 
+/// Memory that several keyed tables carve their chunks from (the parts of a split table), so
+/// that they share whole huge pages instead of each growing small arenas of its own: one
+/// reservation of address space, aligned to and advised for huge pages, handed out from the
+/// front. Pages become resident as they are first written, or earlier: take() notes when the
+/// front nears the pages made so far, and prepare(), called outside the tables' locks, makes the
+/// next ones then (the kernel's zeroing of a fresh huge page takes a millisecond or more, which
+/// would otherwise be spent under a table's lock). Thread-safe; memory is freed with the pool.
+class chunk_pool {
+ public:
+  /// Reserves `bytes` (rounded up to whole huge pages). Throws std::bad_alloc when it cannot.
+  explicit chunk_pool(std::size_t bytes);
+  chunk_pool(const chunk_pool&) = delete;
+  chunk_pool& operator=(const chunk_pool&) = delete;
+  ~chunk_pool();
+
+  /// `bytes` more from the front (a multiple of the callers' alignment), or null when the
+  /// reservation is spent. Lock-free.
+  void* take(std::size_t bytes) noexcept {
+    const std::size_t at = front_.fetch_add(bytes, std::memory_order_relaxed);
+    if (at + bytes > bytes_) return nullptr;
+    // Past the first huge page (a pool that stays small costs no more than it touches), the next
+    // one is made ahead.
+    if (at >= ahead && at + bytes + ahead > made_.load(std::memory_order_relaxed))
+      wanted_.store(true, std::memory_order_relaxed);
+    return base_ + at;
+  }
+  /// Makes the pages ahead of the front resident, when take() asked for it; a no-op (one load)
+  /// otherwise. Call it outside the lock that guards the memory's users.
+  void prepare() noexcept {
+    if (wanted_.load(std::memory_order_relaxed)) make_ahead();
+  }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+  /// How far ahead of the front pages are made: one huge page.
+  static constexpr std::size_t ahead = std::size_t{2} << 20;
+
+ private:
+  void make_ahead() noexcept;
+
+  char* base_ = nullptr;
+  std::size_t bytes_ = 0;
+  std::size_t mapped_bytes_ = 0;  // the mapping as made, for freeing it
+  void* mapping_ = nullptr;
+  std::atomic<std::size_t> front_{0};
+  std::atomic<std::size_t> made_{0};  // pages made resident up to here
+  std::atomic<bool> wanted_{false};
+};
+
 /// A key and its hash: short keys inline, long keys in an exact-size heap buffer.
 class stored_key {
  public:
@@ -95,10 +147,17 @@ class stored_key {
     if (key.size() > std::numeric_limits<std::uint32_t>::max()) {
       throw std::length_error("rc::keyed_lru: key longer than 4 GiB");
     }
-    char* heap = key.size() > inline_capacity ? new char[key.size()] : nullptr;
-    release();
-    if (heap != nullptr) chars_.heap_chars = heap;
-    std::copy(key.begin(), key.end(), heap != nullptr ? heap : chars_.inline_chars);
+    // Branching on the size itself (not on the buffer) lets the compiler see that the inline copy
+    // fits, and allocating first keeps the old key if new throws.
+    if (key.size() > inline_capacity) {
+      char* heap = new char[key.size()];
+      release();
+      chars_.heap_chars = heap;
+      std::copy(key.begin(), key.end(), heap);
+    } else {
+      release();
+      std::copy(key.begin(), key.end(), chars_.inline_chars);
+    }
     size_ = static_cast<std::uint32_t>(key.size());
     hash_ = hash;
   }
@@ -130,19 +189,29 @@ class keyed_lru {
   static constexpr std::size_t max_supported_keys = std::size_t{1} << 30;
 
   /// Throws std::invalid_argument unless 1 <= max_keys <= max_supported_keys. Allocates nothing.
-  explicit keyed_lru(std::size_t max_keys)
-      : max_keys_(checked(max_keys)),
-        // An index entry holds slot + 1 in its low bits (0 means empty) and a hash tag above them.
-        slot_mask_(static_cast<std::uint32_t>((std::uint64_t{1} << std::bit_width(max_keys_)) - 1)) {}
+  explicit keyed_lru(std::size_t max_keys) : keyed_lru(max_keys, max_keys) {}
+  /// A table that may hold max_keys keys but starts with room for `room` (<= max_keys) of them:
+  /// touch's more_room is asked for the rest (tables that share one budget of keys). With a pool,
+  /// its slots are carved from it (which must outlive the table; clear() gives them back only
+  /// with the pool).
+  keyed_lru(std::size_t max_keys, std::size_t room, detail::chunk_pool* pool = nullptr)
+      :  // An index entry holds slot + 1 in its low bits (0 means empty) and a hash tag above them.
+        slot_mask_(static_cast<std::uint32_t>((std::uint64_t{1} << std::bit_width(checked(max_keys))) - 1)),
+        room_(static_cast<std::uint32_t>(std::min(room, max_keys))),
+        pool_(pool),
+        max_keys_(static_cast<std::uint32_t>(max_keys)) {}
 
   /// A moved-from table is empty, keeps its max_keys and can be used again.
-  keyed_lru(keyed_lru&& other) noexcept : max_keys_(other.max_keys_), slot_mask_(other.slot_mask_) {
+  keyed_lru(keyed_lru&& other) noexcept
+      : slot_mask_(other.slot_mask_), room_(other.room_), pool_(other.pool_), max_keys_(other.max_keys_) {
     take_contents(other);
   }
   keyed_lru& operator=(keyed_lru&& other) noexcept {
     if (this != &other) {
       destroy_slots();
+      pool_ = other.pool_;
       max_keys_ = other.max_keys_;
+      room_ = other.room_;
       slot_mask_ = other.slot_mask_;
       take_contents(other);
     }
@@ -168,6 +237,14 @@ class keyed_lru {
   };
   key_hash hash(std::string_view key) const noexcept { return hash_of(key); }
 
+  /// The key's 32 hash bits that hash() starts from: the same for every table, so a caller that
+  /// spreads keys over several tables may pick the table by them (by its high bits: a table's
+  /// probe starts from the low ones) and then take hash_of_home() from that table.
+  static std::uint32_t home_of(std::string_view key) noexcept {
+    return static_cast<std::uint32_t>(std::hash<std::string_view>{}(key));
+  }
+  key_hash hash_of_home(std::uint32_t home) const noexcept { return {home, tag_of(home)}; }
+
   /// Starts loading the index line where the key's probe begins, so that the cache miss a large
   /// table costs overlaps whatever the caller does before touch (taking its lock, reading the
   /// clock). The one call that may come from any thread without the caller's lock: it reads a
@@ -180,12 +257,22 @@ class keyed_lru {
   /// touch with the key's hash(key) computed already.
   template <class CanEvict>
   State* touch(std::string_view key, key_hash h, CanEvict&& can_evict) {
+    return touch(key, h, can_evict, [] { return std::size_t{0}; });
+  }
+
+  /// touch for a table made with less room than max_keys: when a new key finds the room taken,
+  /// more_room() says how many more keys the table may hold (0: none; then the key takes an
+  /// evicted entry's place as in a full table).
+  template <class CanEvict, class MoreRoom>
+  State* touch(std::string_view key, key_hash h, CanEvict&& can_evict, MoreRoom&& more_room) {
     if (const std::uint32_t found = find_slot(key, h); found != nil) {
       move_to_front(found);
       return &at(found).state;
     }
+    if (size_ == room_ && room_ < max_keys_)
+      room_ += static_cast<std::uint32_t>(std::min<std::size_t>(more_room(), max_keys_ - room_));
     std::uint32_t s;
-    if (size_ < max_keys_) {
+    if (size_ < room_) {
       make_room_for_one_more();
       s = size_;
       replace_key(s, key, h);
@@ -214,6 +301,13 @@ class keyed_lru {
 
   std::size_t size() const noexcept { return size_; }
   std::size_t max_keys() const noexcept { return max_keys_; }
+  /// The bytes a chunk_pool needs for `tables` tables on it holding `keys` keys in all.
+  static std::size_t pool_bytes(std::size_t keys, std::size_t tables) noexcept {
+    return (keys + tables * (chunk_mask + 1)) * sizeof(slot);
+  }
+
+  /// How many keys the table may hold now: max_keys, or less in a table that shares a budget.
+  std::size_t room() const noexcept { return room_; }
 
   /// Bytes the table uses: the slots made so far (whole chunks), the index, the chunk and arena
   /// lists and the characters of long keys (not the allocator's own overhead per long key). An
@@ -260,10 +354,7 @@ class keyed_lru {
     detail::stored_key key;
   };
 
-  key_hash hash_of(std::string_view key) const noexcept {
-    const auto home = static_cast<std::uint32_t>(std::hash<std::string_view>{}(key));
-    return {home, tag_of(home)};
-  }
+  key_hash hash_of(std::string_view key) const noexcept { return hash_of_home(home_of(key)); }
 
   // The tag comes from the home the slot keeps, so rebuilding the index reads the slots in order
   // and never looks a key up; multiplying mixes every bit of the home into the high bits, which
@@ -333,12 +424,22 @@ class keyed_lru {
   // rounding to whole huge pages is used too).
   void make_chunk() {
     const std::size_t n = std::min<std::size_t>(chunk_mask + 1, max_keys_ - slots_allocated_);
+    if (pool_ != nullptr) {
+      chunks_.reserve(chunks_.size() + 1);  // so that nothing below throws
+      void* memory = pool_->take(n * sizeof(slot));
+      if (memory == nullptr) throw std::bad_alloc();
+      slot* first = static_cast<slot*>(memory);
+      std::uninitialized_value_construct_n(first, n);  // noexcept: a slot's parts are
+      chunks_.push_back(first);
+      slots_allocated_ += static_cast<std::uint32_t>(n);
+      return;
+    }
     if (arena_free_ < n) {
       const std::size_t chunks = arenas_.empty() ? 1 : std::min(max_arena_chunks, 2 * (arena_slots_ >> chunk_bits));
-      const std::size_t slots = std::min(chunks << chunk_bits, max_keys_ - slots_allocated_);
+      const std::size_t slots = std::min<std::size_t>(chunks << chunk_bits, max_keys_ - slots_allocated_);
       arenas_.reserve(arenas_.size() + 1);
       detail::table_block& arena = arenas_.emplace_back(slots * sizeof(slot), false);
-      arena_slots_ = arena_free_ = std::min(arena.bytes() / sizeof(slot), max_keys_ - slots_allocated_);
+      arena_slots_ = arena_free_ = std::min<std::size_t>(arena.bytes() / sizeof(slot), max_keys_ - slots_allocated_);
       chunks_.reserve(chunks_.size() + (arena_slots_ >> chunk_bits) + 1);
     }
     chunks_.reserve(chunks_.size() + 1);  // so that nothing below throws
@@ -346,7 +447,7 @@ class keyed_lru {
     std::uninitialized_value_construct_n(first, n);  // noexcept: a slot's parts are
     chunks_.push_back(first);
     arena_free_ -= n;
-    slots_allocated_ += n;
+    slots_allocated_ += static_cast<std::uint32_t>(n);
   }
 
   void destroy_slots() noexcept {
@@ -422,24 +523,28 @@ class keyed_lru {
     link_front(s);
   }
 
-  std::uint32_t max_keys_;
+  // First, in 56 bytes, what every touch reads or writes: a table that threads take turns at (a
+  // part of a split one) moves one cache line between them for it, with the lock before it.
+  std::uint32_t* index_ = nullptr;  // index_block_'s entries
+  std::vector<slot*> chunks_;       // each chunk_mask + 1 slots (the last maybe fewer), in the arenas
   std::uint32_t slot_mask_;
   std::uint32_t size_ = 0;
   std::uint32_t head_ = nil;  // most recently used
-  std::uint32_t tail_ = nil;  // least recently used
   std::uint32_t index_mask_ = 0;
+  std::uint32_t room_;                  // keys it may hold now (<= max_keys_)
+  std::uint32_t slots_allocated_ = 0;   // slots made (constructed), chunk by chunk
+  detail::chunk_pool* pool_ = nullptr;  // where chunks come from, or null: the table's own arenas
+  std::uint32_t max_keys_;
+  std::uint32_t tail_ = nil;  // least recently used
   // prefetch()'s copies of index_ and index_mask_ (possibly a mismatched pair: a prefetch of a
   // wrong address does no harm).
   std::atomic<const std::uint32_t*> index_hint_{nullptr};
   std::atomic<std::uint32_t> index_mask_hint_{0};
-  std::size_t slots_allocated_ = 0;  // slots made (constructed), chunk by chunk
   std::size_t heap_key_bytes_ = 0;
-  std::vector<slot*> chunks_;  // each chunk_mask + 1 slots (the last maybe fewer), in the arenas
   std::vector<detail::table_block> arenas_;
   std::size_t arena_slots_ = 0;  // slots the last arena holds
   std::size_t arena_free_ = 0;   // of those, not made yet
   detail::table_block index_block_;
-  std::uint32_t* index_ = nullptr;  // index_block_'s entries
 };
 
 }  // namespace rc
