@@ -39,14 +39,16 @@ class segment_step final : public step {
 // metrics.
 class gate_namer {
  public:
-  explicit gate_namer(std::vector<std::pair<const wrapper*, const keyed_gate*>>& gates) : gates_(gates) {}
+  gate_namer(std::vector<std::pair<const wrapper*, const keyed_gate*>>& gates, unsigned threads)
+      : gates_(gates), threads_(threads) {}
 
   void name(step* s) {
     while (s != nullptr) {
       if (auto* w = dynamic_cast<wrapper*>(s)) {
         const std::string_view kind = w->wrapper_kind();
         w->set_gate_id(fmt::format("{}#{}", kind, ++counts_[std::string(kind)]));
-        if (const auto* g = dynamic_cast<const keyed_gate*>(w); g != nullptr && g->counters() != nullptr)
+        w->attach(threads_);
+        if (const auto* g = dynamic_cast<const keyed_gate*>(w); g != nullptr && g->has_counters())
           gates_.emplace_back(w, g);
         s = w->inner();
       } else {
@@ -72,6 +74,7 @@ class gate_namer {
  private:
   std::map<std::string, int> counts_;
   std::vector<std::pair<const wrapper*, const keyed_gate*>>& gates_;
+  unsigned threads_;
 };
 
 task<outcome> failed_now(std::exception_ptr e) { co_return outcome::failed(std::move(e)); }
@@ -113,7 +116,7 @@ route_runtime::route_runtime(context& ctx, route_definition def)
     : ctx_(ctx), clock_(ctx.clock()), bus_(ctx.events()), def_(std::move(def)), intake_(ctx.clock()) {
   assemble_chain();
   for (const auto& s : run_list_) all_sync_ = all_sync_ && s->synchronous();
-  gate_namer namer(gates_);
+  gate_namer namer(gates_, ctx.threads());
   for (const auto& s : run_list_) namer.name(s.get());
 }
 
@@ -124,7 +127,7 @@ route_snapshot route_runtime::snapshot() const {
   r.in_flight = in_flight();
   r.gates.reserve(gates_.size());
   for (const auto& [w, g] : gates_) {
-    gate_snapshot& s = r.gates.emplace_back(g->counters()->read());
+    gate_snapshot& s = r.gates.emplace_back(g->read_counters());
     s.id = w->gate_id();
     s.kind = std::string(w->wrapper_kind());
     s.label = std::string(g->gate_label());

@@ -1,10 +1,10 @@
 // A keyed throttle with a large table (max_keys >= 65,536) on a context of several threads splits
 // it in parts by key hash (16 at 65,536, 128 at 1,000,000), each with its own lock, so that
-// threads deciding for different keys rarely meet. What a user relies on must not change: at most max_keys keys are tracked (the parts draw room from one budget, a
-// few dozen keys at a time), a key in debt is never forgotten, keys beyond the table wait in the
-// one overflow bucket in arrival order, the counters count every decision once, and nothing is
-// refused. Virtual time (the gate told it will run on two threads, as a context of two would tell
-// it), except the two-thread cases at the end (which measure no time).
+// threads deciding for different keys rarely meet. What a user relies on must not change: at most max_keys keys are
+// tracked (the parts draw room from one budget, a few dozen keys at a time), a key in debt is never forgotten, keys
+// beyond the table wait in the one overflow bucket in arrival order, the counters count every decision once, and
+// nothing is refused. Virtual time (the gate told it will run on two threads, as a context of two would tell it),
+// except the two-thread cases at the end (which measure no time).
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -47,14 +47,16 @@ const rc::keyed_gate* split_gate(rc::route_definition& def) {
 
 }  // namespace
 
-TEST_CASE("on two threads a keyed throttle splits its table from max_keys 65,536, and keeps one on one thread, smaller, unkeyed or with max_queue") {
+TEST_CASE(
+    "on two threads a keyed throttle splits its table from max_keys 65,536, and keeps one on one thread, smaller, "
+    "unkeyed or with max_queue") {
   const auto parts = [](rc::throttle_options o, unsigned threads = 2) {
     auto def = rc::craft().id("t").throttle(std::move(o)).from(rc::simple(std::vector<int>{})).to(rc::noop()).build();
     dynamic_cast<rc::wrapper*>(def.gates.at(0).get())->attach(threads);
     return gate_of(def)->stats().parts;
   };
   CHECK(parts({.rate = 10, .key = key_of, .max_keys = big}) == 16);
-  CHECK(parts({.rate = 10, .key = key_of, .max_keys = 1'000'000}) == 128);  // a part per 4,096 keys and more
+  CHECK(parts({.rate = 10, .key = key_of, .max_keys = 1'000'000}) == 128);   // a part per 4,096 keys and more
   CHECK(parts({.rate = 10, .key = key_of, .max_keys = 1'000'000}, 1) == 1);  // one thread: one table is faster
   CHECK(parts({.rate = 10, .key = key_of, .max_keys = big - 1}) == 1);
   CHECK(parts({.rate = 10, .max_keys = big}) == 1);  // unkeyed: one state

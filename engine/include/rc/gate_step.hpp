@@ -18,6 +18,14 @@
 //   (throttle's overflow bucket); while it has waiters, a key not in the table joins them, so
 //   one key's exchanges never overtake each other. Both checks run only while the overflow holds
 //   something: a table that never fills costs nothing more;
+// - the split: told by attach() that several threads run it, a keyed gate with max_keys >=
+//   split_from whose limiter allows it (no sketch, no bound on the whole gate's queue) splits
+//   the table by the key hash's high bits into parts_for(max_keys) parts, each with its own
+//   lock, queues and counters, so threads deciding for different keys seldom meet. The parts'
+//   slots come from one chunk_pool (whole huge pages, the next made ahead outside every lock),
+//   and their room from one budget of max_keys keys, room_block at a time. The overflow state
+//   then has a lock of its own, taken inside a part's (never the other way round), and the time
+//   is read again under it. One thread keeps one table: faster there (cache locality);
 // - waits. A `wait` is a timer from the arrival. A `queue` place is strictly FIFO per key: only
 //   the head has a due time (head_wait); when it is admitted (head_admitted, which may move the
 //   schedule after a stall) the next becomes head. Shutdown (the route's intake fires) admits a
@@ -32,8 +40,8 @@
 //
 // An unpaced pass builds no wait object: the wait lives in the run's frame only on the paths that
 // wait. A gate that never waits (`waits` false) is synchronous when its inner step is, so a route
-// of synchronous steps keeps its fast path. The decision is taken under the gate's mutex, with
-// the time read there, so a state never sees time go backwards.
+// of synchronous steps keeps its fast path. The decision is taken under the lock of the key's
+// part, with the time read there, so a state never sees time go backwards.
 //
 // A gate G is its limiter plus what the step cannot know (see wrappers/throttle.cpp):
 //   using state, ticket;                                 from the limiter
@@ -58,6 +66,8 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <bit>
 #include <cmath>
 #include <concepts>
 #include <cstdint>
@@ -169,20 +179,65 @@ class gate_step final : public wrapper, public keyed_gate {
       : wrapper(std::move(inner), s),
         limiter_(std::move(limiter)),
         common_(std::move(common)),
-        table_(common_.max_keys),
-        sketch_(make_sketch(common_.max_keys)) {}
+        parts_(std::make_unique<part[]>(1)),
+        budget_(common_.max_keys),
+        sketch_(make_sketch(common_.max_keys)) {
+    parts_[0].table = keyed_lru<slot>(common_.max_keys);
+  }
+
+  // Several threads: a large keyed table is split (see split()). One thread keeps one table,
+  // which is faster for it (a part's chunk and index lines stay in cache). Once split, it stays.
+  void attach(unsigned threads) override {
+    if (threads < 2 || part_count_ > 1 || !split()) return;
+    const std::size_t n = parts_for(common_.max_keys);
+    pool_ = std::make_unique<detail::chunk_pool>(keyed_lru<slot>::pool_bytes(common_.max_keys, n));
+    auto parts = std::make_unique<part[]>(n);
+    for (std::size_t i = 0; i < n; ++i) parts[i].table = keyed_lru<slot>(common_.max_keys, 0, pool_.get());
+    parts_ = std::move(parts);
+    part_count_ = n;
+    part_shift_ = 32 - static_cast<unsigned>(std::countr_zero(n));
+  }
+
+  /// A keyed gate with at least this max_keys, whose limiter allows it, splits its table.
+  static constexpr std::size_t split_from = 65536;
+  /// A split table has a part for every keys_per_part of max_keys (a power of two parts, at most
+  /// max_parts): parts small enough that growing one (a new index) is short next to the time
+  /// another thread takes to come to the same part.
+  static constexpr std::size_t keys_per_part = 4096;
+  static constexpr std::size_t max_parts = 256;
+  static constexpr std::size_t parts_for(std::size_t max_keys) noexcept {
+    return std::min(max_parts, std::bit_floor(max_keys / keys_per_part));
+  }
+  /// Room a part of a split table takes from the gate's budget at a time.
+  static constexpr std::size_t room_block = 32;
+
+  /// How many parts the key table is split into (1: not split).
+  std::size_t parts() const noexcept { return part_count_; }
 
   const L& limiter() const noexcept { return limiter_; }
   std::string_view wrapper_kind() const noexcept override { return traits.gate; }
 
-  const gate_counters* counters() const noexcept override { return &counters_; }
+  bool has_counters() const noexcept override { return true; }
+  gate_snapshot read_counters() const override {
+    gate_snapshot g = parts_[0].counters.read();
+    for (std::size_t i = 1; i < part_count_; ++i) parts_[i].counters.add_to(g);
+    return g;
+  }
   std::string_view gate_label() const noexcept override { return common_.label; }
 
   keyed_gate_stats stats() const override {
-    std::lock_guard lock(mutex_);
-    std::size_t overflow = 0;
-    if constexpr (sketched) overflow = sketch_.memory_bytes();
-    return {table_.size(), table_.memory_bytes() + overflow, overflow};
+    keyed_gate_stats st;
+    st.parts = part_count_;
+    for (std::size_t i = 0; i < part_count_; ++i) {
+      std::lock_guard lock(parts_[i].mutex);
+      st.keys += parts_[i].table.size();
+      st.memory_bytes += parts_[i].table.memory_bytes();
+      if constexpr (sketched) {
+        if (i == 0) st.overflow_bytes = sketch_.memory_bytes();  // a sketched gate has one part
+      }
+    }
+    st.memory_bytes += st.overflow_bytes;
+    return st;
   }
 
   bool synchronous() const noexcept override { return !traits.waits && inner_is_sync(); }
@@ -260,6 +315,26 @@ class gate_step final : public wrapper, public keyed_gate {
  private:
   struct no_key {};
 
+  struct wait_queue {
+    detail::gate_queue_node* head = nullptr;
+    detail::gate_queue_node* tail = nullptr;
+  };
+
+  // A part of the key table with its lock: the keys whose hash falls in it, their queues, and
+  // the counters of the decisions taken under that lock. Routes may run on several threads. A
+  // spin lock: the sections are short, and sleeping in the kernel for a taken lock cost more than
+  // they do (gates/spin_mutex.hpp). An unkeyed gate, and most keyed ones, have one part, which
+  // also guards the one or overflow state (single_); a split table's parts take overflow_mutex_
+  // for it, inside their own lock. A part starts on a cache line of its own, which holds the lock
+  // and the table's fields every decision uses.
+  struct alignas(64) part {
+    mutable detail::spin_mutex mutex;
+    keyed_lru<slot> table{1};
+    gate_counters counters;
+    std::unordered_map<const slot*, wait_queue> queues;  // keyed slots with waiters only
+    std::size_t waiting = 0;  // queued exchanges whose key is this part's (in the overflow too)
+  };
+
   // run() proper; `selected` is the key try_run_now selected, or no_key (the frame of an unkeyed
   // or not yet selected run keeps no room for it).
   template <class Selected>
@@ -320,11 +395,6 @@ class gate_step final : public wrapper, public keyed_gate {
     co_return co_await run_inner(ex, rt);
   }
 
-  struct wait_queue {
-    detail::gate_queue_node* head = nullptr;
-    detail::gate_queue_node* tail = nullptr;
-  };
-
   // One arrival as the run sees it.
   // Ordered for a small frame: a parked exchange keeps it (an empty ticket takes no room).
   struct arrival {
@@ -343,26 +413,29 @@ class gate_step final : public wrapper, public keyed_gate {
   bool admit_now(exchange& ex, route_runtime& rt, arrival& a) {
     try {
       // The key's hash before the lock: the lock is held for the table and the decision only.
-      const auto h = keyed() ? table_.hash(a.key) : typename keyed_lru<slot>::key_hash{};
-      if (keyed()) table_.prefetch(h);
-      std::lock_guard lock(mutex_);
+      const std::uint32_t home = keyed() ? keyed_lru<slot>::home_of(a.key) : 0;
+      part& p = part_of(home);
+      const auto h = p.table.hash_of_home(home);
+      if (keyed()) p.table.prefetch(h);
+      if (pool_) pool_->prepare();  // a new huge page's zeroing, outside every lock
+      std::lock_guard lock(p.mutex);
       a.now = rt.now();
-      slot* s = &single_;
+      slot* s = &single_;  // an unkeyed gate: one part
       if (keyed()) {
-        s = table_slot(a, h);
+        s = table_slot(p, a, h);
         if (s == nullptr) return false;
       }
       gate_arrival in{.now = a.now, .can_queue = false, .deadline = ex.deadline()};
       if constexpr (traits.queues) {
         in.queued = s->waiters;
-        in.waiting = waiting_;
+        in.waiting = p.waiting;
       }
       typename L::state trial = s->state;
       a.t = ticket{};
       a.decision = limiter_.decide(trial, in, a.t);
       if (!a.decision.admitted()) return false;
       s->state = trial;
-      counters_.passed_locked();
+      p.counters.passed_locked();
     } catch (...) {
       return false;
     }
@@ -416,33 +489,83 @@ class gate_step final : public wrapper, public keyed_gate {
       return traits.overflow;
   }
 
-  // The key's slot in the table, made if needed; null sends the key to the overflow.
-  slot* table_slot(const arrival& a) { return table_slot(a, table_.hash(a.key)); }
-  slot* table_slot(const arrival& a, typename keyed_lru<slot>::key_hash h) {
+  // The key's slot in its part's table (p's lock held), made if needed; null sends the key to the
+  // overflow.
+  slot* table_slot(part& p, const arrival& a, typename keyed_lru<slot>::key_hash h) {
     // Only while the overflow holds something: a key that has hits counted (or exchanges waiting)
-    // there and no entry in the table stays in the overflow.
+    // there and no entry in the table stays in the overflow. (Its part's lock orders this check
+    // against the key's own exchanges entering the overflow: they hold it when they do.)
     if constexpr (sketched) {
-      if (!sketch_.is_idle(a.now) && table_.find(a.key, h) == nullptr && !sketch_.cell_of(a.key).is_idle(a.now))
+      if (!sketch_.is_idle(a.now) && p.table.find(a.key, h) == nullptr && !sketch_.cell_of(a.key).is_idle(a.now))
         return nullptr;
     } else if constexpr (traits.queues) {
-      if (single_.waiters != 0 && table_.find(a.key, h) == nullptr) return nullptr;
+      if (overflow_waiters_.load(std::memory_order_relaxed) != 0 && p.table.find(a.key, h) == nullptr) return nullptr;
     }
-    return table_.touch(a.key, h, [&](const slot& x) { return idle(x, a.now); });
+    return p.table.touch(
+        a.key, h, [&](const slot& x) { return idle(x, a.now); }, [this] { return take_room(); });
   }
+
+  // ---- the split table ----
+
+  bool split() const {
+    if (!keyed() || common_.max_keys < split_from) return false;
+    if constexpr (sketched) {
+      return false;  // the sketch is the one overflow of every part: kept under one lock
+    } else if constexpr (requires(const L& l) { l.reads_waiting(); }) {
+      return !limiter_.reads_waiting();  // a bound on the whole gate's queue: one count, one lock
+    } else {
+      return true;
+    }
+  }
+
+  // A key's part: the high bits of its hash (a table probes from the low ones).
+  part& part_of(std::uint32_t home) const noexcept { return parts_[part_count_ == 1 ? 0 : home >> part_shift_]; }
+
+  // Room for up to room_block more keys out of the gate's max_keys, for a part whose room is taken.
+  std::size_t take_room() noexcept {
+    std::size_t left = budget_.load(std::memory_order_relaxed);
+    while (left != 0) {
+      const std::size_t n = std::min(left, room_block);
+      if (budget_.compare_exchange_weak(left, left - n, std::memory_order_relaxed)) return n;
+    }
+    return 0;
+  }
+
+  // The overflow state (single_, single_queue_) of a split table is shared by its parts: its own
+  // lock, taken inside a part's. One part: that part's lock covers it already.
+  detail::spin_mutex* overflow_lock() const noexcept { return part_count_ == 1 ? nullptr : &overflow_mutex_; }
+  class overflow_guard {
+   public:
+    explicit overflow_guard(detail::spin_mutex* m) noexcept : m_(m) {
+      if (m_ != nullptr) m_->lock();
+    }
+    overflow_guard(const overflow_guard&) = delete;
+    overflow_guard& operator=(const overflow_guard&) = delete;
+    ~overflow_guard() {
+      if (m_ != nullptr) m_->unlock();
+    }
+    bool held() const noexcept { return m_ != nullptr; }
+
+   private:
+    detail::spin_mutex* m_;
+  };
 
   // Finds (or makes) the key's slot and asks the limiter; links a queue place when given one.
   // Null, or what the limiter threw. The time is read under the lock, so a
   // state never sees time go backwards.
   std::exception_ptr decide_now(exchange& ex, route_runtime& rt, arrival& a, node_type* node) {
     try {
-      std::lock_guard lock(mutex_);
+      const std::uint32_t home = keyed() ? keyed_lru<slot>::home_of(a.key) : 0;
+      part& p = part_of(home);
+      if (pool_) pool_->prepare();
+      std::lock_guard lock(p.mutex);
       a.now = rt.now();
       slot* s = &single_;
       a.overflow = false;
       a.t = ticket{};
       gate_arrival in{.now = a.now, .can_queue = node != nullptr, .deadline = ex.deadline()};
       if (keyed()) {
-        s = table_slot(a);
+        s = table_slot(p, a, p.table.hash_of_home(home));
         if (s == nullptr) {
           if constexpr (sketched) {
             a.overflow = true;
@@ -453,23 +576,25 @@ class gate_step final : public wrapper, public keyed_gate {
             a.overflow = true;
           } else if constexpr (has_table_full) {
             a.decision = limiter_.table_full();
-            counters_.rejected_locked();
+            p.counters.rejected_locked();
             return nullptr;
           }
         }
       }
       if (s != nullptr) {
+        const overflow_guard shared(s == &single_ && keyed() ? overflow_lock() : nullptr);
+        if (shared.held()) a.now = in.now = rt.now();  // read again under the lock of the state it meets
         if constexpr (traits.queues) {
           in.queued = s->waiters;
-          in.waiting = waiting_;
+          in.waiting = p.waiting;
         }
         a.decision = limiter_.decide(s->state, in, a.t);
         if constexpr (traits.queues) {
           if (node != nullptr && a.decision.what == gate_decision::kind::queue)
-            enqueue(*s, *node, a.now + a.decision.wait);
+            enqueue(p, *s, *node, a.now + a.decision.wait);
         }
       }
-      count_locked(a.decision, node != nullptr);
+      count_locked(p, a.decision, node != nullptr);
     } catch (...) {
       return std::current_exception();
     }
@@ -485,19 +610,20 @@ class gate_step final : public wrapper, public keyed_gate {
 
   // A final decision, under the lock. A queue answer without a place is not final (the step asks
   // again with one).
-  void count_locked(const gate_decision& d, bool has_place) noexcept {
+  void count_locked(part& p, const gate_decision& d, bool has_place) noexcept {
     if (d.admitted())
-      counters_.passed_locked();
+      p.counters.passed_locked();
     else if (d.refused())
-      counters_.rejected_locked();
+      p.counters.rejected_locked();
     else if (has_place || d.what != gate_decision::kind::queue)
-      counters_.delayed_locked();
+      p.counters.delayed_locked();
   }
 
   // ---- the FIFO queue (queueing limiters) ----
 
-  void enqueue(slot& s, detail::gate_queue_node& node, time_point due) {
-    wait_queue& q = queue_of(&s);
+  // p's lock held, and the overflow's too when s is the overflow state.
+  void enqueue(part& p, slot& s, detail::gate_queue_node& node, time_point due) {
+    wait_queue& q = queue_of(p, &s);
     if (q.tail != nullptr) {
       node.prev = q.tail;
       q.tail->next = &node;
@@ -507,26 +633,28 @@ class gate_step final : public wrapper, public keyed_gate {
       node.wait->due = due;  // not suspended yet: nobody else can see this wait
     }
     ++s.waiters;
-    ++waiting_;
+    ++p.waiting;
+    if (&s == &single_) overflow_waiters_.store(s.waiters, std::memory_order_relaxed);
   }
 
-  slot* slot_of(const arrival& a) {
+  slot* slot_of(part& p, const arrival& a, std::uint32_t home) {
     // A slot with waiters is never evicted, so a waiter always finds its own.
-    return (!keyed() || a.overflow) ? &single_ : table_.find(a.key);
+    return (!keyed() || a.overflow) ? &single_ : p.table.find(a.key, p.table.hash_of_home(home));
   }
 
-  wait_queue& queue_of(const slot* s) { return s == &single_ ? single_queue_ : queues_[s]; }
+  wait_queue& queue_of(part& p, const slot* s) { return s == &single_ ? single_queue_ : p.queues[s]; }
 
-  // Unlinks a node; when it was the head, wakes the next one on its ticket.
-  void unlink(slot& s, detail::gate_queue_node& node, scheduler& clock, time_point now) {
-    wait_queue& q = queue_of(&s);
+  // Unlinks a node; when it was the head, wakes the next one on its ticket. Locks as enqueue.
+  void unlink(part& p, slot& s, detail::gate_queue_node& node, scheduler& clock, time_point now) {
+    wait_queue& q = queue_of(p, &s);
     const bool was_head = q.head == &node;
     (node.prev ? node.prev->next : q.head) = node.next;
     (node.next ? node.next->prev : q.tail) = node.prev;
     --s.waiters;
-    --waiting_;
+    --p.waiting;
+    if (&s == &single_) overflow_waiters_.store(s.waiters, std::memory_order_relaxed);
     if (q.head == nullptr) {
-      if (&s != &single_) queues_.erase(&s);
+      if (&s != &single_) p.queues.erase(&s);
     } else if (was_head) {
       clock.reschedule(*q.head->wait, now + limiter_.head_wait(s.state, now, s.waiters));
     }
@@ -534,23 +662,29 @@ class gate_step final : public wrapper, public keyed_gate {
 
   // The head's wait elapsed: the limiter admits it (and may move the schedule after a stall).
   void admit_head(const arrival& a, detail::gate_queue_node& node, route_runtime& rt) {
-    std::lock_guard lock(mutex_);
-    slot* s = slot_of(a);
+    const std::uint32_t home = keyed() ? keyed_lru<slot>::home_of(a.key) : 0;
+    part& p = part_of(home);
+    std::lock_guard lock(p.mutex);
+    slot* s = slot_of(p, a, home);
     if (s == nullptr) return;  // cannot happen (see slot_of)
+    const overflow_guard shared(s == &single_ && keyed() ? overflow_lock() : nullptr);
     const time_point now = rt.now();
     limiter_.head_admitted(s->state, now, s->waiters);
-    unlink(*s, node, rt.clock(), now);
+    unlink(p, *s, node, rt.clock(), now);
   }
 
   // Leaves the queue without being admitted on schedule: shutdown admits it at once (its place is
   // spent), a gone client gives its place back and those behind move up.
   void leave_queue(const arrival& a, detail::gate_queue_node& node, route_runtime& rt, bool client_gone) {
-    std::lock_guard lock(mutex_);
-    slot* s = slot_of(a);
+    const std::uint32_t home = keyed() ? keyed_lru<slot>::home_of(a.key) : 0;
+    part& p = part_of(home);
+    std::lock_guard lock(p.mutex);
+    slot* s = slot_of(p, a, home);
     if (s == nullptr) return;  // cannot happen (see slot_of)
+    const overflow_guard shared(s == &single_ && keyed() ? overflow_lock() : nullptr);
     const time_point now = rt.now();
     if (client_gone) limiter_.give_back(s->state, now);
-    unlink(*s, node, rt.clock(), now);
+    unlink(p, *s, node, rt.clock(), now);
   }
 
   // ---- the downstream outcome (limiters that give back on it) ----
@@ -564,11 +698,14 @@ class gate_step final : public wrapper, public keyed_gate {
 
   void deliver_outcome(const std::string& key, bool overflow, const ticket& t, time_point now, bool succeeded) {
     if constexpr (has_outcome) {
-      std::lock_guard lock(mutex_);
-      slot* s = !keyed() ? &single_ : overflow ? nullptr : table_.find(key);
+      const std::uint32_t home = keyed() ? keyed_lru<slot>::home_of(key) : 0;
+      part& p = part_of(home);
+      std::lock_guard lock(p.mutex);
+      slot* s = !keyed() ? &single_ : overflow ? nullptr : p.table.find(key, p.table.hash_of_home(home));
       if constexpr (!sketched) {
         if (overflow) s = &single_;
       }
+      const overflow_guard shared(s == &single_ && keyed() ? overflow_lock() : nullptr);
       // An overflowed hit in a sketch is never given back (count_min_sketch.hpp says why).
       if (s != nullptr) limiter_.outcome(s->state, now, t, succeeded);
     }
@@ -621,7 +758,9 @@ class gate_step final : public wrapper, public keyed_gate {
   }
 
   // Out of line and cold: the histogram's bucket search stays off the unpaced path's code.
-  [[gnu::noinline, gnu::cold]] void count_waited(duration elapsed) noexcept { counters_.passed_after(elapsed); }
+  [[gnu::noinline, gnu::cold]] void count_waited(duration elapsed) noexcept {
+    parts_[0].counters.passed_after(elapsed);
+  }
 
   void emit_passed(const exchange& ex, route_runtime& rt, const arrival& a, bool waited, duration elapsed) {
     if (waited) count_waited(elapsed);  // admitted at once: counted with the decision
@@ -665,16 +804,16 @@ class gate_step final : public wrapper, public keyed_gate {
 
   L limiter_;
   gate_common common_;
-  // The states and queues: routes may run on several threads. A spin lock: the sections are
-  // short, and sleeping in the kernel for a taken lock cost more than they do (gates/spin_mutex.hpp).
-  mutable detail::spin_mutex mutex_;
-  slot single_;             // the one state of an unkeyed gate; the overflow state of a keyed one
-  gate_counters counters_;  // next to the state the decision has just written
-  keyed_lru<slot> table_;
-  [[no_unique_address]] sketch_type sketch_;  // the overflow of a hit-counting gate
+  std::size_t part_count_ = 1;
+  unsigned part_shift_ = 32;                  // 32 - log2(part_count_): a key's part is its hash's high bits
+  std::unique_ptr<detail::chunk_pool> pool_;  // a split table's slots (made before the parts, freed after)
+  std::unique_ptr<part[]> parts_;
+  std::atomic<std::size_t> budget_;  // keys a split table's parts may still take room for
+  mutable detail::spin_mutex overflow_mutex_;
+  slot single_;  // the one state of an unkeyed gate; the overflow state of a keyed one
+  std::atomic<std::uint32_t> overflow_waiters_{0};  // single_.waiters, for a look without its lock
+  [[no_unique_address]] sketch_type sketch_;        // the overflow of a hit-counting gate (one part)
   wait_queue single_queue_;
-  std::unordered_map<const slot*, wait_queue> queues_;  // keyed slots with waiters only
-  std::size_t waiting_ = 0;
 };
 
 /// Builds a gate from a limiter (validated already) and the shared options.

@@ -94,6 +94,18 @@ class gate_counters {
     return g;
   }
 
+  /// Adds these counts to `g`, a read() of counters kept in parts (a split table's).
+  void add_to(gate_snapshot& g) const {
+    const gate_snapshot mine = read();
+    g.passed += mine.passed;
+    g.delayed += mine.delayed;
+    g.rejected += mine.rejected;
+    for (std::size_t i = 0; i < mine.waits.cumulative.size() && i < g.waits.cumulative.size(); ++i)
+      g.waits.cumulative[i] += mine.waits.cumulative[i];
+    g.waits.count += mine.waits.count;
+    g.waits.sum += mine.waits.sum;
+  }
+
  private:
   static void bump(std::atomic<std::uint64_t>& c) noexcept {
     c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);

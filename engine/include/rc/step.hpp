@@ -133,6 +133,10 @@ class wrapper : public step {
   /// "<kind>#<n>", unique among the wrappers of one route; empty until a route assigns it.
   const std::string& gate_id() const noexcept { return gate_id_; }
   void set_gate_id(std::string id) { gate_id_ = std::move(id); }
+  /// Told once its route joins a context, before any exchange, how many threads may run the
+  /// route's exchanges at once (the context's threads). A keyed rate gate splits its table for
+  /// more than one (gate_step.hpp); a test may call it earlier. Nothing by default.
+  virtual void attach(unsigned threads) { (void)threads; }
 
  protected:
   /// Runs the inner step (a gate without one simply proceeds), never throws.

@@ -69,6 +69,8 @@ struct throttle_limiter {
   /// A full table sends a new key to the shared overflow bucket in delay mode (it waits, paced,
   /// in the overflow's FIFO queue: delay mode drops nothing); reject mode refuses it.
   bool overflows() const { return mode == throttle_mode::delay; }
+  /// decide() reads the whole gate's queue length (gate_arrival::waiting): the gate keeps one count.
+  bool reads_waiting() const { return max_queue.has_value(); }
 
   /// Reject mode, every evictable key busy: refuse rather than meter this key with nothing.
   gate_decision table_full() const {

@@ -54,7 +54,8 @@ class store_gate_step final : public wrapper, public keyed_gate {
         max_waiting_(max_waiting) {}
 
   std::string_view wrapper_kind() const noexcept override { return traits.gate; }
-  const gate_counters* counters() const noexcept override { return &counters_; }
+  bool has_counters() const noexcept override { return true; }
+  gate_snapshot read_counters() const override { return counters_.read(); }
   std::string_view gate_label() const noexcept override { return common_.label; }
   keyed_gate_stats stats() const override {
     // The keys live in the store; only the local fallback keeps any here.
