@@ -1,10 +1,11 @@
 // A keyed throttle with a large table (max_keys >= 65,536) on a context of several threads splits
 // it in parts by key hash (16 at 65,536, 128 at 1,000,000), each with its own lock, so that
-// threads deciding for different keys rarely meet. What a user relies on must not change: at most max_keys keys are
-// tracked (the parts draw room from one budget, a few dozen keys at a time), a key in debt is never forgotten, keys
-// beyond the table wait in the one overflow bucket in arrival order, the counters count every decision once, and
-// nothing is refused. Virtual time (the gate told it will run on two threads, as a context of two would tell it),
-// except the two-thread cases at the end (which measure no time).
+// threads deciding for different keys rarely meet. What a user relies on must not change: at most
+// max_keys keys are tracked (the parts draw room from one budget, a few dozen keys at a time), a
+// key in debt is never forgotten, keys beyond the table wait in the one overflow bucket in arrival
+// order, the counters count every decision once, and nothing is refused. Virtual time (the gate
+// told it will run on two threads, as a context of two would tell it), except the two-thread
+// cases at the end (which measure no time).
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
