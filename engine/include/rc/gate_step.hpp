@@ -413,7 +413,7 @@ class gate_step final : public wrapper, public keyed_gate {
   bool admit_now(exchange& ex, route_runtime& rt, arrival& a) {
     try {
       // The key's hash before the lock: the lock is held for the table and the decision only.
-      const std::uint32_t home = keyed() ? keyed_lru<slot>::home_of(a.key) : 0;
+      const std::uint32_t home = home_of(a.key);
       part& p = part_of(home);
       const auto h = p.table.hash_of_home(home);
       if (keyed()) p.table.prefetch(h);
@@ -518,8 +518,12 @@ class gate_step final : public wrapper, public keyed_gate {
     }
   }
 
-  // A key's part: the high bits of its hash (a table probes from the low ones).
-  part& part_of(std::uint32_t home) const noexcept { return parts_[part_count_ == 1 ? 0 : home >> part_shift_]; }
+  // The hash bits a key's part and its place in the part's table come from (0 unkeyed: one part).
+  std::uint32_t home_of(std::string_view key) const noexcept { return keyed() ? keyed_lru<slot>::home_of(key) : 0; }
+
+  // A key's part: the high bits of its hash (a table probes from the low ones). One part shifts
+  // all 32 out.
+  part& part_of(std::uint32_t home) const noexcept { return parts_[std::uint64_t{home} >> part_shift_]; }
 
   // Room for up to room_block more keys out of the gate's max_keys, for a part whose room is taken.
   std::size_t take_room() noexcept {
@@ -531,9 +535,12 @@ class gate_step final : public wrapper, public keyed_gate {
     return 0;
   }
 
-  // The overflow state (single_, single_queue_) of a split table is shared by its parts: its own
-  // lock, taken inside a part's. One part: that part's lock covers it already.
-  detail::spin_mutex* overflow_lock() const noexcept { return part_count_ == 1 ? nullptr : &overflow_mutex_; }
+  // The lock to take, inside the part's, for a decision on `s`: the overflow state (single_,
+  // single_queue_) of a split table is shared by its parts and has a lock of its own. Any other
+  // slot, or one part (every unkeyed gate has one): none, the part's lock covers it.
+  detail::spin_mutex* overflow_lock_of(const slot* s) const noexcept {
+    return s == &single_ && part_count_ > 1 ? &overflow_mutex_ : nullptr;
+  }
   class overflow_guard {
    public:
     explicit overflow_guard(detail::spin_mutex* m) noexcept : m_(m) {
@@ -555,7 +562,7 @@ class gate_step final : public wrapper, public keyed_gate {
   // state never sees time go backwards.
   std::exception_ptr decide_now(exchange& ex, route_runtime& rt, arrival& a, node_type* node) {
     try {
-      const std::uint32_t home = keyed() ? keyed_lru<slot>::home_of(a.key) : 0;
+      const std::uint32_t home = home_of(a.key);
       part& p = part_of(home);
       if (pool_) pool_->prepare();
       std::lock_guard lock(p.mutex);
@@ -582,7 +589,7 @@ class gate_step final : public wrapper, public keyed_gate {
         }
       }
       if (s != nullptr) {
-        const overflow_guard shared(s == &single_ && keyed() ? overflow_lock() : nullptr);
+        const overflow_guard shared(overflow_lock_of(s));
         if (shared.held()) a.now = in.now = rt.now();  // read again under the lock of the state it meets
         if constexpr (traits.queues) {
           in.queued = s->waiters;
@@ -662,29 +669,33 @@ class gate_step final : public wrapper, public keyed_gate {
 
   // The head's wait elapsed: the limiter admits it (and may move the schedule after a stall).
   void admit_head(const arrival& a, detail::gate_queue_node& node, route_runtime& rt) {
-    const std::uint32_t home = keyed() ? keyed_lru<slot>::home_of(a.key) : 0;
-    part& p = part_of(home);
-    std::lock_guard lock(p.mutex);
-    slot* s = slot_of(p, a, home);
-    if (s == nullptr) return;  // cannot happen (see slot_of)
-    const overflow_guard shared(s == &single_ && keyed() ? overflow_lock() : nullptr);
-    const time_point now = rt.now();
-    limiter_.head_admitted(s->state, now, s->waiters);
-    unlink(p, *s, node, rt.clock(), now);
+    with_queue_slot(a, [&](part& p, slot& s) {
+      const time_point now = rt.now();
+      limiter_.head_admitted(s.state, now, s.waiters);
+      unlink(p, s, node, rt.clock(), now);
+    });
   }
 
   // Leaves the queue without being admitted on schedule: shutdown admits it at once (its place is
   // spent), a gone client gives its place back and those behind move up.
   void leave_queue(const arrival& a, detail::gate_queue_node& node, route_runtime& rt, bool client_gone) {
-    const std::uint32_t home = keyed() ? keyed_lru<slot>::home_of(a.key) : 0;
+    with_queue_slot(a, [&](part& p, slot& s) {
+      const time_point now = rt.now();
+      if (client_gone) limiter_.give_back(s.state, now);
+      unlink(p, s, node, rt.clock(), now);
+    });
+  }
+
+  // f(part, slot) on the slot a waiting exchange queued on, under the locks a decision on it takes.
+  template <class F>
+  void with_queue_slot(const arrival& a, F&& f) {
+    const std::uint32_t home = home_of(a.key);
     part& p = part_of(home);
     std::lock_guard lock(p.mutex);
     slot* s = slot_of(p, a, home);
     if (s == nullptr) return;  // cannot happen (see slot_of)
-    const overflow_guard shared(s == &single_ && keyed() ? overflow_lock() : nullptr);
-    const time_point now = rt.now();
-    if (client_gone) limiter_.give_back(s->state, now);
-    unlink(p, *s, node, rt.clock(), now);
+    const overflow_guard shared(overflow_lock_of(s));
+    f(p, *s);
   }
 
   // ---- the downstream outcome (limiters that give back on it) ----
@@ -698,14 +709,14 @@ class gate_step final : public wrapper, public keyed_gate {
 
   void deliver_outcome(const std::string& key, bool overflow, const ticket& t, time_point now, bool succeeded) {
     if constexpr (has_outcome) {
-      const std::uint32_t home = keyed() ? keyed_lru<slot>::home_of(key) : 0;
+      const std::uint32_t home = home_of(key);
       part& p = part_of(home);
       std::lock_guard lock(p.mutex);
       slot* s = !keyed() ? &single_ : overflow ? nullptr : p.table.find(key, p.table.hash_of_home(home));
       if constexpr (!sketched) {
         if (overflow) s = &single_;
       }
-      const overflow_guard shared(s == &single_ && keyed() ? overflow_lock() : nullptr);
+      const overflow_guard shared(overflow_lock_of(s));
       // An overflowed hit in a sketch is never given back (count_min_sketch.hpp says why).
       if (s != nullptr) limiter_.outcome(s->state, now, t, succeeded);
     }
