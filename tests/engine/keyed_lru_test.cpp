@@ -352,6 +352,24 @@ TEST_CASE("a moved-from table is empty and still usable") {
   CHECK(moved.touch("d", always) != nullptr);
 }
 
+TEST_CASE("the hasher made for a max_keys hashes a key as every table of that max_keys does") {
+  for (const std::size_t max_keys : {std::size_t{1}, std::size_t{1000}, std::size_t{65'536}, std::size_t{1'000'000}}) {
+    table t(max_keys, std::min<std::size_t>(max_keys, 64));
+    const table::hasher hash = table::key_hasher_for(max_keys);
+    for (std::size_t i = 0; i < 64 && i < max_keys; ++i) {
+      const std::string key = i % 2 == 0 ? key_of(i) : long_key_of(i);
+      const table::key_hash mine = hash(table::home_of(key)), its = t.hash(key);
+      CHECK(mine.home == its.home);
+      CHECK(mine.tag == its.tag);
+      CHECK(t.key_hasher()(table::home_of(key)).tag == its.tag);
+      // A key touched with the copied hasher's hash is found by the table's own.
+      key_state* s = t.touch(key, mine, always);
+      REQUIRE(s != nullptr);
+      CHECK(t.find(key) == s);
+    }
+  }
+}
+
 // ---- tables that share a budget of keys and a chunk pool (a split gate's parts) -----------------
 
 TEST_CASE("a table made with less room asks more_room for each new key past it, and never holds more") {

@@ -180,6 +180,7 @@ class gate_step final : public wrapper, public keyed_gate {
         limiter_(std::move(limiter)),
         common_(std::move(common)),
         parts_(std::make_unique<part[]>(1)),
+        hasher_(keyed_lru<slot>::key_hasher_for(common_.max_keys)),
         budget_(common_.max_keys),
         sketch_(make_sketch(common_.max_keys)) {
     parts_[0].table = keyed_lru<slot>(common_.max_keys);
@@ -219,8 +220,8 @@ class gate_step final : public wrapper, public keyed_gate {
 
   bool has_counters() const noexcept override { return true; }
   gate_snapshot read_counters() const override {
-    gate_snapshot g = parts_[0].counters.read();
-    for (std::size_t i = 1; i < part_count_; ++i) parts_[i].counters.add_to(g);
+    gate_snapshot g = parts_[0].counters.read(parts_[0].passed.value());
+    for (std::size_t i = 1; i < part_count_; ++i) parts_[i].counters.add_to(g, parts_[i].passed.value());
     return g;
   }
   std::string_view gate_label() const noexcept override { return common_.label; }
@@ -325,10 +326,12 @@ class gate_step final : public wrapper, public keyed_gate {
   // spin lock: the sections are short, and sleeping in the kernel for a taken lock cost more than
   // they do (gates/spin_mutex.hpp). An unkeyed gate, and most keyed ones, have one part, which
   // also guards the one or overflow state (single_); a split table's parts take overflow_mutex_
-  // for it, inside their own lock. A part starts on a cache line of its own, which holds the lock
-  // and the table's fields every decision uses.
+  // for it, inside their own lock. A part starts on a cache line of its own, which holds the lock,
+  // the count that most decisions bump and the table's fields every decision uses: one line to
+  // move between threads that take turns at a part, not two.
   struct alignas(64) part {
     mutable detail::spin_mutex mutex;
+    locked_count passed;  // admitted without a wait (the rest of the counts are in counters)
     keyed_lru<slot> table{1};
     gate_counters counters;
     std::unordered_map<const slot*, wait_queue> queues;  // keyed slots with waiters only
@@ -415,7 +418,7 @@ class gate_step final : public wrapper, public keyed_gate {
       // The key's hash before the lock: the lock is held for the table and the decision only.
       const std::uint32_t home = home_of(a.key);
       part& p = part_of(home);
-      const auto h = p.table.hash_of_home(home);
+      const auto h = hasher_(home);
       if (keyed()) p.table.prefetch(h);
       if (pool_) pool_->prepare();  // a new huge page's zeroing, outside every lock
       std::lock_guard lock(p.mutex);
@@ -435,7 +438,7 @@ class gate_step final : public wrapper, public keyed_gate {
       a.decision = limiter_.decide(trial, in, a.t);
       if (!a.decision.admitted()) return false;
       s->state = trial;
-      p.counters.passed_locked();
+      p.passed.bump_locked();
     } catch (...) {
       return false;
     }
@@ -572,7 +575,7 @@ class gate_step final : public wrapper, public keyed_gate {
       a.t = ticket{};
       gate_arrival in{.now = a.now, .can_queue = node != nullptr, .deadline = ex.deadline()};
       if (keyed()) {
-        s = table_slot(p, a, p.table.hash_of_home(home));
+        s = table_slot(p, a, hasher_(home));
         if (s == nullptr) {
           if constexpr (sketched) {
             a.overflow = true;
@@ -619,7 +622,7 @@ class gate_step final : public wrapper, public keyed_gate {
   // again with one).
   void count_locked(part& p, const gate_decision& d, bool has_place) noexcept {
     if (d.admitted())
-      p.counters.passed_locked();
+      p.passed.bump_locked();
     else if (d.refused())
       p.counters.rejected_locked();
     else if (has_place || d.what != gate_decision::kind::queue)
@@ -646,7 +649,7 @@ class gate_step final : public wrapper, public keyed_gate {
 
   slot* slot_of(part& p, const arrival& a, std::uint32_t home) {
     // A slot with waiters is never evicted, so a waiter always finds its own.
-    return (!keyed() || a.overflow) ? &single_ : p.table.find(a.key, p.table.hash_of_home(home));
+    return (!keyed() || a.overflow) ? &single_ : p.table.find(a.key, hasher_(home));
   }
 
   wait_queue& queue_of(part& p, const slot* s) { return s == &single_ ? single_queue_ : p.queues[s]; }
@@ -712,7 +715,7 @@ class gate_step final : public wrapper, public keyed_gate {
       const std::uint32_t home = home_of(key);
       part& p = part_of(home);
       std::lock_guard lock(p.mutex);
-      slot* s = !keyed() ? &single_ : overflow ? nullptr : p.table.find(key, p.table.hash_of_home(home));
+      slot* s = !keyed() ? &single_ : overflow ? nullptr : p.table.find(key, hasher_(home));
       if constexpr (!sketched) {
         if (overflow) s = &single_;
       }
@@ -819,7 +822,10 @@ class gate_step final : public wrapper, public keyed_gate {
   unsigned part_shift_ = 32;                  // 32 - log2(part_count_): a key's part is its hash's high bits
   std::unique_ptr<detail::chunk_pool> pool_;  // a split table's slots (made before the parts, freed after)
   std::unique_ptr<part[]> parts_;
-  std::atomic<std::size_t> budget_;  // keys a split table's parts may still take room for
+  typename keyed_lru<slot>::hasher hasher_;  // every part's: all have the gate's max_keys
+  // Keys a split table's parts may still take room for; on a line of its own, away from what
+  // every decision reads above.
+  alignas(64) std::atomic<std::size_t> budget_;
   mutable detail::spin_mutex overflow_mutex_;
   slot single_;  // the one state of an unkeyed gate; the overflow state of a keyed one
   std::atomic<std::uint32_t> overflow_waiters_{0};  // single_.waiters, for a look without its lock

@@ -57,6 +57,17 @@ struct context_snapshot {
   std::vector<route_snapshot> routes;
 };
 
+/// One count, bumped by a single writer at a time (under a lock) and read at any time: a relaxed
+/// load and store, which cost a plain increment.
+class locked_count {
+ public:
+  void bump_locked() noexcept { n_.store(n_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+  std::uint64_t value() const noexcept { return n_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<std::uint64_t> n_{0};
+};
+
 /// A gate's counters. The *_locked bumps are for a single writer at a time (the gate's decision
 /// lock): a relaxed load and store, which cost a plain increment. Readers may read at any time.
 class gate_counters {
@@ -75,9 +86,11 @@ class gate_counters {
   }
 
   /// The counts as now; id, kind and label are the caller's to fill.
-  gate_snapshot read() const {
+  /// passed_elsewhere: admissions without a wait that the caller counted itself rather than with
+  /// passed_locked() (a gate that keeps that count in the cache line of its lock).
+  gate_snapshot read(std::uint64_t passed_elsewhere = 0) const {
     gate_snapshot g;
-    const std::uint64_t now = passed_now_.load(std::memory_order_relaxed);
+    const std::uint64_t now = passed_now_.load(std::memory_order_relaxed) + passed_elsewhere;
     g.delayed = delayed_.load(std::memory_order_relaxed);
     g.rejected = rejected_.load(std::memory_order_relaxed);
     g.waits.bounds.assign(gate_wait_bounds.begin(), gate_wait_bounds.end());
@@ -95,8 +108,8 @@ class gate_counters {
   }
 
   /// Adds these counts to `g`, a read() of counters kept in parts (a split table's).
-  void add_to(gate_snapshot& g) const {
-    const gate_snapshot mine = read();
+  void add_to(gate_snapshot& g, std::uint64_t passed_elsewhere = 0) const {
+    const gate_snapshot mine = read(passed_elsewhere);
     g.passed += mine.passed;
     g.delayed += mine.delayed;
     g.rejected += mine.rejected;

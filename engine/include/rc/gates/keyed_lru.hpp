@@ -196,7 +196,7 @@ class keyed_lru {
   /// with the pool).
   keyed_lru(std::size_t max_keys, std::size_t room, detail::chunk_pool* pool = nullptr)
       :  // An index entry holds slot + 1 in its low bits (0 means empty) and a hash tag above them.
-        slot_mask_(static_cast<std::uint32_t>((std::uint64_t{1} << std::bit_width(checked(max_keys))) - 1)),
+        slot_mask_(slot_mask_for(checked(max_keys))),
         room_(static_cast<std::uint32_t>(std::min(room, max_keys))),
         pool_(pool),
         max_keys_(static_cast<std::uint32_t>(max_keys)) {}
@@ -245,6 +245,22 @@ class keyed_lru {
   }
   key_hash hash_of_home(std::uint32_t home) const noexcept { return {home, tag_of(home)}; }
 
+  /// hash_of_home without reading the table: a copy of what it needs, the same for every table
+  /// of one max_keys, for a caller that hashes before taking the lock of a table that other
+  /// threads write (reading the table's own fields then would fetch its line from their core).
+  class hasher {
+   public:
+    key_hash operator()(std::uint32_t home) const noexcept { return {home, (home * tag_multiplier) & ~slot_mask_}; }
+
+   private:
+    friend class keyed_lru;
+    explicit hasher(std::uint32_t slot_mask) noexcept : slot_mask_(slot_mask) {}
+    std::uint32_t slot_mask_;
+  };
+  hasher key_hasher() const noexcept { return hasher(slot_mask_); }
+  /// The hasher of every table of max_keys keys (which must be valid, as for the constructor).
+  static hasher key_hasher_for(std::size_t max_keys) noexcept { return hasher(slot_mask_for(max_keys)); }
+
   /// Starts loading the index line where the key's probe begins, so that the cache miss a large
   /// table costs overlaps whatever the caller does before touch (taking its lock, reading the
   /// clock). The one call that may come from any thread without the caller's lock: it reads a
@@ -265,6 +281,16 @@ class keyed_lru {
   /// evicted entry's place as in a full table).
   template <class CanEvict, class MoreRoom>
   State* touch(std::string_view key, key_hash h, CanEvict&& can_evict, MoreRoom&& more_room) {
+    // A table on a pool is a part of a split one, which threads take turns at: the slots a touch
+    // writes besides the key's own are lines another thread wrote last. Fetching them for writing
+    // now overlaps their misses with the index probe's instead of following it: the most recently
+    // used (a new or moved key links in front of it) and, while a made slot is free, the one a
+    // new key takes. (Written here, not in a function of their own: GCC takes a function that
+    // only prefetches for one without effects, and drops the call.)
+    if (pool_ != nullptr) {
+      if (head_ != nil) __builtin_prefetch(&at(head_), 1);
+      if (size_ < slots_allocated_) __builtin_prefetch(&at(size_), 1);
+    }
     if (const std::uint32_t found = find_slot(key, h); found != nil) {
       move_to_front(found);
       return &at(found).state;
@@ -321,6 +347,7 @@ class keyed_lru {
   void clear() noexcept {
     destroy_slots();
     chunks_ = decltype(chunks_)();
+    chunk_list_ = nullptr;
     arenas_ = decltype(arenas_)();
     arena_slots_ = arena_free_ = 0;
     index_block_ = detail::table_block();
@@ -359,9 +386,13 @@ class keyed_lru {
   // The tag comes from the home the slot keeps, so rebuilding the index reads the slots in order
   // and never looks a key up; multiplying mixes every bit of the home into the high bits, which
   // the probe position (the home's low bits) does not use.
-  std::uint32_t tag_of(std::uint32_t home) const noexcept { return (home * 0x9E3779B1u) & ~slot_mask_; }
+  static constexpr std::uint32_t tag_multiplier = 0x9E3779B1u;
+  static std::uint32_t slot_mask_for(std::size_t max_keys) noexcept {
+    return static_cast<std::uint32_t>((std::uint64_t{1} << std::bit_width(max_keys)) - 1);
+  }
+  std::uint32_t tag_of(std::uint32_t home) const noexcept { return key_hasher()(home).tag; }
 
-  slot& at(std::uint32_t s) noexcept { return chunks_[s >> chunk_bits][s & chunk_mask]; }
+  slot& at(std::uint32_t s) noexcept { return chunk_list_[s >> chunk_bits][s & chunk_mask]; }
   std::uint32_t slot_of(std::uint32_t entry) const noexcept { return (entry & slot_mask_) - 1; }
   std::size_t index_size() const noexcept { return index_ != nullptr ? std::size_t{index_mask_} + 1 : 0; }
 
@@ -431,6 +462,7 @@ class keyed_lru {
       slot* first = static_cast<slot*>(memory);
       std::uninitialized_value_construct_n(first, n);  // noexcept: a slot's parts are
       chunks_.push_back(first);
+      chunk_list_ = chunks_.data();
       slots_allocated_ += static_cast<std::uint32_t>(n);
       return;
     }
@@ -446,6 +478,7 @@ class keyed_lru {
     slot* first = static_cast<slot*>(arenas_.back().data()) + (arena_slots_ - arena_free_);
     std::uninitialized_value_construct_n(first, n);  // noexcept: a slot's parts are
     chunks_.push_back(first);
+    chunk_list_ = chunks_.data();
     arena_free_ -= n;
     slots_allocated_ += static_cast<std::uint32_t>(n);
   }
@@ -477,7 +510,8 @@ class keyed_lru {
     detail::stored_key& k = at(s).key;
     const std::size_t old_heap_bytes = k.heap_bytes();
     k.assign(key, h.home);
-    heap_key_bytes_ = heap_key_bytes_ - old_heap_bytes + k.heap_bytes();
+    // Written only when it changes: short keys leave the line it shares untouched.
+    if (k.heap_bytes() != old_heap_bytes) heap_key_bytes_ = heap_key_bytes_ - old_heap_bytes + k.heap_bytes();
   }
 
   void unlink(std::uint32_t s) noexcept {
@@ -503,6 +537,8 @@ class keyed_lru {
     slots_allocated_ = std::exchange(other.slots_allocated_, 0);
     heap_key_bytes_ = std::exchange(other.heap_key_bytes_, 0);
     chunks_ = std::exchange(other.chunks_, decltype(chunks_)());
+    chunk_list_ = chunks_.data();
+    other.chunk_list_ = nullptr;
     arenas_ = std::exchange(other.arenas_, decltype(arenas_)());
     arena_slots_ = std::exchange(other.arena_slots_, 0);
     arena_free_ = std::exchange(other.arena_free_, 0);
@@ -523,10 +559,11 @@ class keyed_lru {
     link_front(s);
   }
 
-  // First, in 56 bytes, what every touch reads or writes: a table that threads take turns at (a
-  // part of a split one) moves one cache line between them for it, with the lock before it.
+  // First, in 48 bytes, what every touch reads or writes: a table that threads take turns at (a
+  // part of a split one) moves one cache line between them for it, with the lock and the count
+  // of its decisions before it.
   std::uint32_t* index_ = nullptr;  // index_block_'s entries
-  std::vector<slot*> chunks_;       // each chunk_mask + 1 slots (the last maybe fewer), in the arenas
+  slot** chunk_list_ = nullptr;     // chunks_.data()
   std::uint32_t slot_mask_;
   std::uint32_t size_ = 0;
   std::uint32_t head_ = nil;  // most recently used
@@ -541,6 +578,7 @@ class keyed_lru {
   std::atomic<const std::uint32_t*> index_hint_{nullptr};
   std::atomic<std::uint32_t> index_mask_hint_{0};
   std::size_t heap_key_bytes_ = 0;
+  std::vector<slot*> chunks_;  // each chunk_mask + 1 slots (the last maybe fewer), in the arenas
   std::vector<detail::table_block> arenas_;
   std::size_t arena_slots_ = 0;  // slots the last arena holds
   std::size_t arena_free_ = 0;   // of those, not made yet
