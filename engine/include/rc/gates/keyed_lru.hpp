@@ -12,7 +12,7 @@
 // Layout, chosen to cost under 64 bytes per key plus the characters of long keys:
 // - slots {State, prev, next, hash, key} live in fixed-size chunks of 128, made as the table fills
 //   and never moved (hence the stable pointers). prev/next are uint32 slot numbers forming the LRU
-//   list. Keys up to 16 characters are stored in the slot, longer ones in an exact-size buffer.
+//   list. Keys up to 15 characters are stored in the slot, longer ones in an exact-size buffer.
 // - chunks are carved from arenas that double in size (1, 2, 4 ... chunks, at most 1024, never
 //   more than max_keys needs). An arena of a MiB or more, and an index as large, are fresh
 //   anonymous pages in whole 2 MiB huge pages, advised for transparent huge pages
@@ -28,6 +28,7 @@
 #include <atomic>
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -128,19 +129,25 @@ class chunk_pool {
   std::atomic<bool> wanted_{false};
 };
 
-/// A key and its hash: short keys inline, long keys in an exact-size heap buffer.
+/// A key and its hash in 20 bytes: keys of up to 15 characters inline, longer ones in an
+/// exact-size heap buffer. The last byte tells which: an inline key's size, or heap_marker (the
+/// buffer's pointer and size then fill the bytes before it). Only 4-byte aligned, so that a slot
+/// can pack it after four 32-bit fields.
 class stored_key {
  public:
-  static constexpr std::size_t inline_capacity = 16;
+  static constexpr std::size_t inline_capacity = 15;
 
   stored_key() noexcept = default;
   stored_key(const stored_key&) = delete;
   stored_key& operator=(const stored_key&) = delete;
   ~stored_key() { release(); }
 
-  std::string_view view() const noexcept { return {is_inline() ? chars_.inline_chars : chars_.heap_chars, size_}; }
+  std::string_view view() const noexcept {
+    if (is_inline()) return {bytes_, static_cast<unsigned char>(bytes_[last])};
+    return {heap_chars(), heap_size()};
+  }
   std::uint32_t hash() const noexcept { return hash_; }
-  std::size_t heap_bytes() const noexcept { return is_inline() ? 0 : size_; }
+  std::size_t heap_bytes() const noexcept { return is_inline() ? 0 : heap_size(); }
 
   /// Strong guarantee: if allocating the buffer throws, the old key is kept.
   void assign(std::string_view key, std::uint32_t hash) {
@@ -151,32 +158,46 @@ class stored_key {
     // fits, and allocating first keeps the old key if new throws.
     if (key.size() > inline_capacity) {
       char* heap = new char[key.size()];
-      release();
-      chars_.heap_chars = heap;
       std::copy(key.begin(), key.end(), heap);
+      release();
+      const auto size = static_cast<std::uint32_t>(key.size());
+      std::memcpy(bytes_, &heap, sizeof heap);
+      std::memcpy(bytes_ + sizeof heap, &size, sizeof size);
+      bytes_[last] = static_cast<char>(heap_marker);
     } else {
       release();
-      std::copy(key.begin(), key.end(), chars_.inline_chars);
+      std::copy(key.begin(), key.end(), bytes_);
+      bytes_[last] = static_cast<char>(key.size());
     }
-    size_ = static_cast<std::uint32_t>(key.size());
     hash_ = hash;
   }
 
  private:
-  bool is_inline() const noexcept { return size_ <= inline_capacity; }
+  static constexpr std::size_t last = inline_capacity;  // the byte that tells inline from heap
+  static constexpr unsigned char heap_marker = 0xFF;
+  static_assert(sizeof(char*) + sizeof(std::uint32_t) <= last);
+
+  bool is_inline() const noexcept { return static_cast<unsigned char>(bytes_[last]) != heap_marker; }
+  const char* heap_chars() const noexcept {
+    const char* p;
+    std::memcpy(&p, bytes_, sizeof p);
+    return p;
+  }
+  std::uint32_t heap_size() const noexcept {
+    std::uint32_t n;
+    std::memcpy(&n, bytes_ + sizeof(char*), sizeof n);
+    return n;
+  }
 
   void release() noexcept {
-    if (!is_inline()) delete[] chars_.heap_chars;
-    size_ = 0;
+    if (!is_inline()) delete[] heap_chars();
+    bytes_[last] = 0;
   }
 
   std::uint32_t hash_ = 0;
-  std::uint32_t size_ = 0;
-  union {
-    char inline_chars[inline_capacity];
-    char* heap_chars;
-  } chars_{};
+  char bytes_[inline_capacity + 1] = {};
 };
+static_assert(sizeof(stored_key) == 20 && alignof(stored_key) == 4);
 
 }  // namespace detail
 
@@ -332,6 +353,10 @@ class keyed_lru {
     return (keys + tables * (chunk_mask + 1)) * sizeof(slot);
   }
 
+  /// What each key's slot takes (the index adds 4 bytes for each of its entries, long keys their
+  /// characters).
+  static constexpr std::size_t slot_bytes() noexcept { return sizeof(slot); }
+
   /// How many keys the table may hold now: max_keys, or less in a table that shares a budget.
   std::size_t room() const noexcept { return room_; }
 
@@ -374,8 +399,10 @@ class keyed_lru {
     return static_cast<std::uint32_t>(max_keys);
   }
 
+  // 40 bytes for a keyed throttle's state (12 bytes and 4 of padding): a State that is not a
+  // plain C struct (one with a default member initialiser) lends its tail padding to prev.
   struct slot {
-    State state{};
+    [[no_unique_address]] State state{};
     std::uint32_t prev = nil;  // towards the most recently used
     std::uint32_t next = nil;  // towards the least recently used
     detail::stored_key key;
