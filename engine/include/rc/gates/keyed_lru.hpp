@@ -400,7 +400,8 @@ class keyed_lru {
   }
 
   // 40 bytes for a keyed throttle's state (12 bytes and 4 of padding): a State that is not a
-  // plain C struct (one with a default member initialiser) lends its tail padding to prev.
+  // plain C struct (one with a default member initialiser) lends its tail padding to prev. So a
+  // State is only ever assigned (which copies its members), never memcpy'd whole over a slot's.
   struct slot {
     [[no_unique_address]] State state{};
     std::uint32_t prev = nil;  // towards the most recently used
