@@ -69,12 +69,12 @@ class locked_count {
 };
 
 /// A gate's counters. The *_locked bumps are for a single writer at a time (the gate's decision
-/// lock): a relaxed load and store, which cost a plain increment. Readers may read at any time.
+/// lock), as locked_count's. Readers may read at any time.
 class gate_counters {
  public:
-  void passed_locked() noexcept { bump(passed_now_); }
-  void delayed_locked() noexcept { bump(delayed_); }
-  void rejected_locked() noexcept { bump(rejected_); }
+  void passed_locked() noexcept { passed_now_.bump_locked(); }
+  void delayed_locked() noexcept { delayed_.bump_locked(); }
+  void rejected_locked() noexcept { rejected_.bump_locked(); }
   /// Admitted after waiting `waited` (outside any lock: a waiting exchange is no hot path).
   void passed_after(duration waited) noexcept {
     const double s = std::chrono::duration<double>(waited).count();
@@ -90,9 +90,9 @@ class gate_counters {
   /// passed_locked() (a gate that keeps that count in the cache line of its lock).
   gate_snapshot read(std::uint64_t passed_elsewhere = 0) const {
     gate_snapshot g;
-    const std::uint64_t now = passed_now_.load(std::memory_order_relaxed) + passed_elsewhere;
-    g.delayed = delayed_.load(std::memory_order_relaxed);
-    g.rejected = rejected_.load(std::memory_order_relaxed);
+    const std::uint64_t now = passed_now_.value() + passed_elsewhere;
+    g.delayed = delayed_.value();
+    g.rejected = rejected_.value();
     g.waits.bounds.assign(gate_wait_bounds.begin(), gate_wait_bounds.end());
     g.waits.cumulative.reserve(gate_wait_bounds.size());
     std::uint64_t running = now;  // admitted at once: no wait, in every bucket
@@ -120,13 +120,9 @@ class gate_counters {
   }
 
  private:
-  static void bump(std::atomic<std::uint64_t>& c) noexcept {
-    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  }
-
-  std::atomic<std::uint64_t> passed_now_{0};  // admitted without a wait
-  std::atomic<std::uint64_t> delayed_{0};
-  std::atomic<std::uint64_t> rejected_{0};
+  locked_count passed_now_;  // admitted without a wait
+  locked_count delayed_;
+  locked_count rejected_;
   std::array<std::atomic<std::uint64_t>, gate_wait_bounds.size() + 1> waited_{};  // by bucket; last: > 60 s
   std::atomic<std::uint64_t> wait_ns_{0};
 };

@@ -264,7 +264,7 @@ class keyed_lru {
   static std::uint32_t home_of(std::string_view key) noexcept {
     return static_cast<std::uint32_t>(std::hash<std::string_view>{}(key));
   }
-  key_hash hash_of_home(std::uint32_t home) const noexcept { return {home, tag_of(home)}; }
+  key_hash hash_of_home(std::uint32_t home) const noexcept { return key_hasher()(home); }
 
   /// hash_of_home without reading the table: a copy of what it needs, the same for every table
   /// of one max_keys, for a caller that hashes before taking the lock of a table that other
