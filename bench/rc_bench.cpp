@@ -466,7 +466,15 @@ result pacing(const run_config& c) {
   std::mutex mutex;  // with several threads, steps run on any of them (1000/s: no contention)
   std::optional<rc::time_point> first_arrival;
   std::vector<rc::time_point> admitted;
+  std::vector<rc::time_point> decided;  // the throttle's own clock at each pass (its passed event)
   admitted.reserve(c.n);
+  decided.reserve(c.n);
+  auto sub = ctx.on("route:throttle:passed", [&](const rc::event& e) {
+    if (const auto* g = e.get<rc::gate_event>()) {
+      std::lock_guard lock(mutex);
+      decided.push_back(g->passed_at);
+    }
+  });
   ctx.add(rc::craft()
               .id("pacing")
               .from(rc::simple(iota_values(c.n)))
@@ -524,24 +532,33 @@ result pacing(const run_config& c) {
   const auto pct = [&](double p) { return percentile(sorted, p); };
   std::sort(fixed_late_us.begin(), fixed_late_us.end());
 
-  // The most admitted in any closed 1 s window, and the worst excess over burst + rate * t for any
-  // window [t_i, t_j] (t measured between two observed admissions).
-  std::size_t max_in_window = 0;
+  // The most passed in any closed 1 s window, and the worst excess over burst + rate * t for any
+  // window [t_i, t_j] (t between two passes), at the times the throttle let each exchange on (the
+  // bound it keeps). The same window over the times the next step ran (max_in_window_at_step)
+  // can read one more: a stall between the pass and that step shifts one record, not the other.
+  const auto most_in_1s = [](const std::vector<rc::time_point>& at) {
+    std::size_t most = 0;
+    for (std::size_t i = 0, j = 0; j < at.size(); ++j) {
+      while (at[j] - at[i] > 1s) ++i;
+      most = std::max(most, j - i + 1);
+    }
+    return most;
+  };
+  std::sort(decided.begin(), decided.end());  // several threads may record out of order
+  const std::size_t max_in_window = most_in_1s(decided);
   double worst_excess = -1e300;
-  for (std::size_t i = 0, j = 0; j < admitted.size(); ++j) {
-    while (admitted[j] - admitted[i] > 1s) ++i;
-    max_in_window = std::max(max_in_window, j - i + 1);
-  }
-  for (std::size_t i = 0; i < admitted.size(); ++i)
-    for (std::size_t j = i; j < admitted.size(); ++j) {
-      const double t = std::chrono::duration<double>(admitted[j] - admitted[i]).count();
+  for (std::size_t i = 0; i < decided.size(); ++i)
+    for (std::size_t j = i; j < decided.size(); ++j) {
+      const double t = std::chrono::duration<double>(decided[j] - decided[i]).count();
       worst_excess = std::max(worst_excess, static_cast<double>(j - i + 1) - (burst + rate * t));
     }
 
   r.figures["admitted"] = admitted.size();
   r.figures["rate"] = rate;
   r.figures["burst"] = burst;
+  r.figures["passed"] = decided.size();
   r.figures["max_in_window"] = max_in_window;
+  r.figures["max_in_window_at_step"] = most_in_1s(admitted);
   r.figures["window_bound"] = burst + rate * 1.0;
   r.figures["worst_window_excess"] = worst_excess;  // <= 0: burst + rate*t held for every window
   r.figures["min_lateness_us"] = sorted.front();

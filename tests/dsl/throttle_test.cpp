@@ -164,6 +164,32 @@ TEST_CASE("after a stall the queue moves later by the whole intervals lost inste
   CHECK(in_ms(out.times()) == std::vector<double>{0, 1, 5.3, 6, 7, 8, 9, 10, 11, 12});
 }
 
+TEST_CASE("passed_at in a passed event is the throttle's clock at each pass, after a stall too") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  std::vector<double> passed_ms;
+  std::vector<double> elapsed_ms;
+  std::vector<bool> waited;
+  const rc::time_point t0 = ctx.now();
+  auto sub = ctx.on("route:throttle:passed", [&](const rc::event& e) {
+    const auto* g = e.get<rc::gate_event>();
+    REQUIRE(g != nullptr);
+    passed_ms.push_back(std::chrono::duration<double, std::milli>(g->passed_at - t0).count());
+    elapsed_ms.push_back(std::chrono::duration<double, std::milli>(g->elapsed).count());
+    waited.push_back(g->waited);
+  });
+  ctx.add(rc::craft().id("at").from(rc::simple(range(4))).throttle({.rate = 1000, .burst = 1}).to(out));
+  ctx.start();
+  ctx.advance(1ms);
+  ctx.stall(4300us);
+  ctx.drain();
+  // 0 at once, 1 on its ticket, 2 woken late at 5.3 ms (the schedule moves), 3 one interval on.
+  CHECK(passed_ms == std::vector<double>{0, 1, 5.3, 6});
+  CHECK(elapsed_ms == passed_ms);  // all four arrived at 0
+  CHECK(waited == std::vector<bool>{false, true, true, true});
+  CHECK(in_ms(out.times()) == passed_ms);
+}
+
 TEST_CASE("an exchange arriving while the queue is overdue lines up behind it, not ahead of it") {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;

@@ -10,6 +10,7 @@
 #include "rc/directory.hpp"
 #include "rc/endpoint.hpp"
 #include "rc/error.hpp"
+#include "rc/event_details.hpp"
 #include "rc/event_source.hpp"
 #include "rc/events.hpp"
 #include "rc/exchange.hpp"

@@ -60,6 +60,8 @@ struct gate_event : exchange_ref {
   bool overflow = false;   // counted in the gate's overflow (its table was full)
   bool waited = false;     // passed: after a wait
   duration elapsed{};      // passed: how long it waited
+  time_point passed_at{};  // passed: the gate's clock when it let the exchange on (after a wait,
+                           // the time the limiter judged; at once, the time of the decision)
   duration wait{};         // delayed: the wait ahead (throttle); rejected: retry after
   std::uint64_t hits = 0;  // slow_down / rate_limit: the exchange's hit in its window; 0 for throttle
 

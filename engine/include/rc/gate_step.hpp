@@ -250,7 +250,7 @@ class gate_step final : public wrapper, public keyed_gate {
       arrival a;
       if (std::exception_ptr failure = select_and_decide(ex, rt, a)) return outcome::failed(std::move(failure));
       if (a.decision.refused()) return refuse(ex, rt, a);
-      emit_passed(ex, rt, a, false, duration::zero());
+      emit_passed(ex, rt, a, false, a.now);
       if constexpr (has_outcome) {
         if (watches_outcome()) {
           if (!inner_) return watch_finish(ex, rt, a);
@@ -286,7 +286,7 @@ class gate_step final : public wrapper, public keyed_gate {
         if (keyed()) out.reason = std::move(a.key);
         return false;
       }
-      emit_passed(ex, rt, a, false, duration::zero());
+      emit_passed(ex, rt, a, false, a.now);
       if constexpr (has_outcome) {
         if (watches_outcome()) {
           if (!inner_) {
@@ -353,6 +353,7 @@ class gate_step final : public wrapper, public keyed_gate {
     if (failure) co_return outcome::failed(std::move(failure));
     if (a.decision.refused()) co_return refuse(ex, rt, a);
     bool waited = false;
+    time_point passed_at = a.now;  // admitted at once: when it was decided, on arrival
     if constexpr (traits.waits) {
       if (!a.decision.admitted()) {
         // Only a paced pass builds a wait. A queue place must exist before the place is taken
@@ -373,20 +374,24 @@ class gate_step final : public wrapper, public keyed_gate {
           const wait_result r = co_await wait->by_ref();
           const bool client_gone = r == wait_result::cancelled && ex.abort_signal() != nullptr &&
                                    ex.abort_signal()->fired() && !rt.intake().fired();
+          bool decided = false;  // passed_at read by the limiter's admission
           if constexpr (traits.queues) {
             if (a.decision.what == gate_decision::kind::queue) {
-              if (r == wait_result::elapsed)
-                admit_head(a, node, rt);
-              else
+              if (r == wait_result::elapsed) {
+                passed_at = admit_head(a, node, rt);
+                decided = true;
+              } else {
                 leave_queue(a, node, rt, client_gone);
+              }
             }
           }
           if (client_gone) co_return outcome::dropped("client-gone");
+          if (!decided) passed_at = rt.now();
           waited = true;  // the wait elapsed, or the route is shutting down: admitted now
         }
       }
     }
-    emit_passed(ex, rt, a, waited, waited ? rt.now() - a.now : duration::zero());
+    emit_passed(ex, rt, a, waited, passed_at);
     if constexpr (has_outcome) {
       if (watches_outcome()) {
         if (!inner_) co_return watch_finish(ex, rt, a);
@@ -671,12 +676,16 @@ class gate_step final : public wrapper, public keyed_gate {
   }
 
   // The head's wait elapsed: the limiter admits it (and may move the schedule after a stall).
-  void admit_head(const arrival& a, detail::gate_queue_node& node, route_runtime& rt) {
+  // Returns the time it was admitted at, the one the limiter judged.
+  time_point admit_head(const arrival& a, detail::gate_queue_node& node, route_runtime& rt) {
+    std::optional<time_point> at;
     with_queue_slot(a, [&](part& p, slot& s) {
       const time_point now = rt.now();
       limiter_.head_admitted(s.state, now, s.waiters);
       unlink(p, s, node, rt.clock(), now);
+      at = now;
     });
+    return at ? *at : rt.now();
   }
 
   // Leaves the queue without being admitted on schedule: shutdown admits it at once (its place is
@@ -776,12 +785,14 @@ class gate_step final : public wrapper, public keyed_gate {
     parts_[0].counters.passed_after(elapsed);
   }
 
-  void emit_passed(const exchange& ex, route_runtime& rt, const arrival& a, bool waited, duration elapsed) {
+  void emit_passed(const exchange& ex, route_runtime& rt, const arrival& a, bool waited, time_point passed_at) {
+    const duration elapsed = passed_at - a.now;
     if (waited) count_waited(elapsed);  // admitted at once: counted with the decision
     rt.events().emit(traits.passed, [&] {
       gate_event g = event_of<traits.passed>(ex, rt, a);
       g.waited = waited;
       g.elapsed = elapsed;
+      g.passed_at = passed_at;
       return g;
     });
   }
