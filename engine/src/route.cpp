@@ -116,6 +116,7 @@ route_runtime::route_runtime(context& ctx, route_definition def)
     : ctx_(ctx), clock_(ctx.clock()), bus_(ctx.events()), def_(std::move(def)), intake_(ctx.clock()) {
   assemble_chain();
   for (const auto& s : run_list_) all_sync_ = all_sync_ && s->synchronous();
+  counts_every_run_ = def_.source == nullptr || !def_.source->finite();
   gate_namer namer(gates_, ctx.threads());
   for (const auto& s : run_list_) namer.name(s.get());
 }
@@ -337,15 +338,15 @@ template <bool Child>
 
 }  // namespace
 
-void route_runtime::begin_run(exchange& ex, time_point& started) {
-  in_flight_.fetch_add(1, std::memory_order_acq_rel);  // what drain() waits for (context::impl::idle)
+void route_runtime::begin_run(exchange& ex, time_point& started, bool counted) {
+  if (counted) in_flight_.fetch_add(1, std::memory_order_acq_rel);  // what drain() waits for (context::impl::idle)
   ex.set_route(this);
   emit_started<false>(*this, ex, started);
 }
 
-void route_runtime::end_run(exchange& ex, outcome& o, time_point started) {
+void route_runtime::end_run(exchange& ex, outcome& o, time_point started, bool counted) {
   emit_ended<false>(*this, ex, o, started);
-  runs_ended(1);
+  if (counted) runs_ended(1);
 }
 
 void route_runtime::runs_ended(std::size_t n) {
@@ -419,17 +420,20 @@ task<run_result> route_runtime::process_from(exchange ex, step_cursor c, time_po
 }
 
 emit_awaiter source_context::emit(exchange ex) {
-  if (route_.all_synchronous()) return emit_awaiter(route_.process_now(std::move(ex)));
   // Synchronously until a step has to wait; a coroutine only from there.
   time_point started{};
-  route_.begin_run(ex, started);
+  const bool counted = route_.counts_every_run();  // else counted only if it parks
+  route_.begin_run(ex, started, counted);
   outcome o;
   route_runtime::step_cursor c;
-  if (route_.advance(route_.run_list_, c, ex, o)) {
-    route_.end_run(ex, o, started);
-    return emit_awaiter(run_result{std::move(o), std::move(ex)});
+  if (route_.all_synchronous()) {
+    o = route_.run_steps_now(route_.run_list_, ex);
+  } else if (!route_.advance(route_.run_list_, c, ex, o)) {
+    if (!counted) route_.count_parked_run();
+    return emit_awaiter(route_.process_from(std::move(ex), c, started, std::move(o)));
   }
-  return emit_awaiter(route_.process_from(std::move(ex), c, started, std::move(o)));
+  route_.end_run(ex, o, started, counted);
+  return emit_awaiter(run_result{std::move(o), std::move(ex)});
 }
 
 void route_runtime::run_batch(std::span<exchange> batch) noexcept {
@@ -567,19 +571,21 @@ task<void> source_context::spawn_shared(std::size_t count, fill_fn fill, void* s
 
 void source_context::spawn(exchange ex) {
   time_point started{};
-  route_.begin_run(ex, started);
+  const bool counted = route_.counts_every_run();  // else counted only if it parks
+  route_.begin_run(ex, started, counted);
   outcome o;
   if (route_.all_synchronous()) {
     // process_now() without its run_result: nobody reads it, so the exchange is not moved into one.
     o = route_.run_steps_now(route_.run_list_, ex);
-    route_.end_run(ex, o, started);
+    route_.end_run(ex, o, started, counted);
     return;
   }
   route_runtime::step_cursor c;
   if (route_.advance(route_.run_list_, c, ex, o)) {
-    route_.end_run(ex, o, started);
+    route_.end_run(ex, o, started, counted);
     return;
   }
+  if (!counted) route_.count_parked_run();
   // Not rc::spawn(lambda -> process()): that parks the exchange twice (in the lambda and in
   // process()'s frame) plus a run_result, across three frames. A parked exchange's memory is
   // what a deep backlog costs (rc-bench delay0, inflight).

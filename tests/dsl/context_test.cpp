@@ -4,10 +4,12 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <coroutine>
+#include <cstddef>
 #include <memory>
 #include <rc/rc.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "support/dsl_support.hpp"
 
@@ -436,4 +438,68 @@ TEST_CASE("wrappers that need not wait let the run end inside emit, one that wai
     CHECK(*ready == std::vector<bool>{true, false, false});
     CHECK(ctx.now().time_since_epoch() == 2s);
   }
+}
+
+namespace {
+
+// Emits 1..n one at a time, like ready_probe, and records the route's in_flight() just after each
+// emit returned; finite or not as asked.
+class in_flight_probe final : public rc::source_base {
+ public:
+  using body_type = int;
+  in_flight_probe(int n, bool finite, std::shared_ptr<std::vector<std::size_t>> after_emit)
+      : n_(n), finite_(finite), after_emit_(std::move(after_emit)) {}
+  std::string_view adapter() const override { return "probe"; }
+  bool finite() const noexcept override { return finite_; }
+  rc::task<void> run(rc::source_context& sc) override {
+    for (int i = 1; i <= n_; ++i) {
+      auto running = sc.emit(sc.make(i));
+      after_emit_->push_back(sc.route().in_flight());
+      (void)co_await running;
+    }
+  }
+
+ private:
+  int n_;
+  bool finite_;
+  std::shared_ptr<std::vector<std::size_t>> after_emit_;
+};
+
+}  // namespace
+
+// route_runtime::counts_every_run: a finite source's run that ends inside emit needs no count
+// (drain and stop wait for the source itself), so it is counted only from the step it waits at.
+TEST_CASE("a finite source's run is counted in flight from the step it waits at, an endless one's from its start") {
+  const bool finite = GENERATE(true, false);
+  CAPTURE(finite);
+  rc::context ctx(rc::virtual_time);
+  auto after_emit = std::make_shared<std::vector<std::size_t>>();
+  std::vector<std::size_t> in_step;
+  rc::spy<int> out;
+  ctx.add(rc::craft()
+              .id("probed")
+              .from(in_flight_probe(3, finite, after_emit))
+              .transform([&](int v) {
+                in_step.push_back(ctx.find_route("probed")->in_flight());
+                return v;
+              })
+              .throttle({.rate = 1, .burst = 1})
+              .to(out));
+  event_recorder events(ctx);
+  ctx.start();
+  ctx.drain();
+  CHECK(out.bodies() == std::vector<int>{1, 2, 3});
+  CHECK(out.times() == std::vector<rc::duration>{0s, 1s, 2s});
+  // The first passes at once and ends inside emit; the others wait in the throttle, counted.
+  CHECK(*after_emit == std::vector<std::size_t>{0, 1, 1});
+  CHECK(in_step == (finite ? std::vector<std::size_t>{0, 0, 0} : std::vector<std::size_t>{1, 1, 1}));
+  CHECK(ctx.find_route("probed")->in_flight() == 0);
+  ctx.stop();
+  // A finite route announces its stop after its last exchange, whether that one waited or not.
+  const std::vector<std::string> names = events.names("route:");
+  REQUIRE(names.size() >= 3);
+  CHECK(names[names.size() - 3] == "route:exchange:completed");
+  CHECK(names[names.size() - 2] == "route:stopping");
+  CHECK(names.back() == "route:stopped");
+  CHECK(events.count("route:exchange:completed") == 3);
 }

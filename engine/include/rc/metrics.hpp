@@ -46,7 +46,7 @@ struct gate_snapshot {
 struct route_snapshot {
   std::string id;
   bool started = false;       // its source has started (route:started)
-  std::size_t in_flight = 0;  // exchanges being processed
+  std::size_t in_flight = 0;  // exchanges being processed (route_runtime::in_flight)
   std::vector<gate_snapshot> gates;
 };
 

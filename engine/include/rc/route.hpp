@@ -130,6 +130,9 @@ class route_runtime {
   /// Stamps a fresh exchange for this route (route binding, operation "from").
   void adopt(exchange& ex) const noexcept { ex.set_route(this); }
 
+  /// Runs begun and not yet ended. A run of a finite source that ends inside the source's
+  /// emit() or spawn() (no step had to wait) is not counted: the source is still running then,
+  /// and drain() and stop() wait for it.
   std::size_t in_flight() const noexcept { return in_flight_.load(std::memory_order_acquire); }
   /// Its source has started (route:started has been emitted); stays true.
   bool started() const noexcept { return started_.load(std::memory_order_acquire); }
@@ -144,12 +147,21 @@ class route_runtime {
  private:
   friend class context;
   friend class source_context;
-  void begin_run(exchange& ex, time_point& started);
+  // A run's start and end: its lifecycle events and, when `counted`, its place in in_flight_.
+  void begin_run(exchange& ex, time_point& started, bool counted = true);
+  // Whether a run of source_context::emit/spawn is counted from its start. A finite source's
+  // runs need not be while they have not had to wait: drain() and stop() wait for the source
+  // while it runs (context's finite_sources), and a run that ended before the source returned
+  // cannot hold back the route's stop announcement. Such a run is counted (count_parked_run)
+  // only when it parks at a step that waits. Two locked instructions fewer per exchange on a
+  // sequential source.
+  bool counts_every_run() const noexcept { return counts_every_run_; }
+  void count_parked_run() noexcept { in_flight_.fetch_add(1, std::memory_order_acq_rel); }
   // Runs exchanges that in_flight_ counts already (source_context::spawn_batch): counted per
   // batch, not per exchange, so threads running batches do not write the same counter for every
   // exchange. Never throws.
   void run_batch(std::span<exchange> batch) noexcept;
-  void end_run(exchange& ex, outcome& o, time_point started);
+  void end_run(exchange& ex, outcome& o, time_point started, bool counted = true);
   // n runs counted in in_flight_ are over: the last one announces a finished route stopped and
   // tells the context (its idle() reads in_flight_; route runs take no work_started()).
   void runs_ended(std::size_t n);
@@ -186,6 +198,7 @@ class route_runtime {
   route_definition def_;
   std::vector<std::unique_ptr<step>> run_list_;
   bool all_sync_ = true;
+  bool counts_every_run_ = true;  // false for a finite source (counts_every_run())
   cancel_signal intake_;
   std::atomic<std::size_t> in_flight_{0};
   std::atomic<bool> source_done_{false};  // the finite source has returned
