@@ -36,7 +36,7 @@ class segment_step final : public step {
 // their fixed order (gates in declaration order), then the user steps' wrappers, each step's
 // nested outermost first.
 // The gates among them that keep counters (throttle, slow_down, rate_limit) are collected for
-// metrics.
+// metrics, and every step it passes is listed (seen()) to be frozen once all are named.
 class gate_namer {
  public:
   gate_namer(std::vector<std::pair<const wrapper*, const keyed_gate*>>& gates, unsigned threads)
@@ -44,6 +44,7 @@ class gate_namer {
 
   void name(step* s) {
     while (s != nullptr) {
+      seen_.push_back(s);
       if (auto* w = dynamic_cast<wrapper*>(s)) {
         const std::string_view kind = w->wrapper_kind();
         w->set_gate_id(fmt::format("{}#{}", kind, ++counts_[std::string(kind)]));
@@ -71,7 +72,10 @@ class gate_namer {
     }
   }
 
+  const std::vector<step*>& seen() const noexcept { return seen_; }
+
  private:
+  std::vector<step*> seen_;
   std::map<std::string, int> counts_;
   std::vector<std::pair<const wrapper*, const keyed_gate*>>& gates_;
   unsigned threads_;
@@ -119,6 +123,7 @@ route_runtime::route_runtime(context& ctx, route_definition def)
   counts_every_run_ = def_.source == nullptr || !def_.source->finite();
   gate_namer namer(gates_, ctx.threads());
   for (const auto& s : run_list_) namer.name(s.get());
+  for (step* s : namer.seen()) s->freeze();  // after every wrapper is named and attached
 }
 
 route_snapshot route_runtime::snapshot() const {
@@ -173,8 +178,8 @@ void route_runtime::assemble_chain() {
 }
 
 bool route_runtime::before_step(step& s, exchange& ex, time_point& started) {
-  ex.set_operation(s.label());
-  if (s.owns_events()) return false;
+  ex.set_operation(s.loop_label());
+  if (s.loop_owns_events()) return false;
   auto& bus = events();
   if (bus.listening(event_id::step_completed) || bus.listening(event_id::step_failed)) started = now();
   bus.emit(event_id::step_started, [&] { return step_event{{this, &ex}, &s}; });
@@ -240,7 +245,7 @@ static bool deadline_ended(const exchange& ex, outcome& o) {
     step& s = *steps[c.next];
     c.started = {};
     c.events_on = before_step(s, ex, c.started);
-    if (!s.synchronous()) {
+    if (!s.loop_synchronous()) {
       // It may still finish at once (a bulkhead with a free slot): then no frame, no await.
       if (finish_now(s, c, ex, o)) continue;
       return !c.pending;  // pending: awaited from `o`; else the run ended in `o`

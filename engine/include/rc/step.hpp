@@ -86,6 +86,26 @@ class step {
   virtual bool owns_events() const noexcept { return false; }
   /// Wrappers report their failures as route:step:failed; plain steps do not (reference §4).
   virtual bool reports_failure() const noexcept { return false; }
+
+  /// What the executor's loop asks of a step for every exchange, read once: label(),
+  /// owns_events() and synchronous() are fixed once the route is built, and each is a virtual
+  /// call (two or three through a wrapper). route_runtime freezes every step of its chain, nested
+  /// ones included, when it is made; a step never frozen answers through the calls.
+  void freeze() {
+    frozen_label_ = label();
+    frozen_owns_events_ = owns_events();
+    frozen_synchronous_ = synchronous();
+    frozen_ = true;
+  }
+  std::string_view loop_label() const { return frozen_ ? frozen_label_ : label(); }
+  bool loop_owns_events() const noexcept { return frozen_ ? frozen_owns_events_ : owns_events(); }
+  bool loop_synchronous() const noexcept { return frozen_ ? frozen_synchronous_ : synchronous(); }
+
+ private:
+  std::string_view frozen_label_;
+  bool frozen_ = false;
+  bool frozen_owns_events_ = false;
+  bool frozen_synchronous_ = false;
 };
 
 /// Runs a step and turns an escaping exception into a failed outcome (the raw exception, not
