@@ -579,22 +579,19 @@ void source_context::spawn(exchange ex) {
   const bool counted = route_.counts_every_run();  // else counted only if it parks
   route_.begin_run(ex, started, counted);
   outcome o;
-  if (route_.all_synchronous()) {
-    // process_now() without its run_result: nobody reads it, so the exchange is not moved into one.
-    o = route_.run_steps_now(route_.run_list_, ex);
-    route_.end_run(ex, o, started, counted);
-    return;
-  }
   route_runtime::step_cursor c;
-  if (route_.advance(route_.run_list_, c, ex, o)) {
-    route_.end_run(ex, o, started, counted);
+  // As emit(), without a run_result: nobody reads it, so the exchange is not moved into one.
+  if (route_.all_synchronous()) {
+    o = route_.run_steps_now(route_.run_list_, ex);
+  } else if (!route_.advance(route_.run_list_, c, ex, o)) {
+    if (!counted) route_.count_parked_run();
+    // Not rc::spawn(lambda -> process()): that parks the exchange twice (in the lambda and in
+    // process()'s frame) plus a run_result, across three frames. A parked exchange's memory is
+    // what a deep backlog costs (rc-bench delay0, inflight).
+    route_.spawn_run(std::move(ex), c, started, std::move(o));
     return;
   }
-  if (!counted) route_.count_parked_run();
-  // Not rc::spawn(lambda -> process()): that parks the exchange twice (in the lambda and in
-  // process()'s frame) plus a run_result, across three frames. A parked exchange's memory is
-  // what a deep backlog costs (rc-bench delay0, inflight).
-  route_.spawn_run(std::move(ex), c, started, std::move(o));
+  route_.end_run(ex, o, started, counted);
 }
 
 }  // namespace rc
