@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -60,7 +61,7 @@ std::string human(duration d) {
   const std::int64_t ns = d.count();
   if (ns < 10'000'000) return fmt::format("{} ms", format_ms(duration((ns + 5'000) / 10'000 * 10'000)));
   if (ns < 999'500'000) return fmt::format("{} ms", (ns + 500'000) / 1'000'000);
-  const std::int64_t ms = (ns + 500'000) / 1'000'000;
+  const std::int64_t ms = ns / 1'000'000 + (ns % 1'000'000 >= 500'000 ? 1 : 0);  // no overflow near the end
   auto seconds = [](std::int64_t ms_part) {
     std::string out = std::to_string(ms_part / 1000);
     if (ms_part % 1000 != 0) {
@@ -105,7 +106,10 @@ scale make_scale(std::int64_t last_ns) {
   }
   scale sc;
   sc.step_ns = step;
-  sc.end_ns = (span + step - 1) / step * step;
+  // Round the edge up to a whole step; near the end of engine time that would overflow, and the
+  // edge stays where the last event is.
+  const std::int64_t steps = span / step + (span % step != 0 ? 1 : 0);
+  sc.end_ns = steps <= std::numeric_limits<std::int64_t>::max() / step ? steps * step : span;
   return sc;
 }
 
@@ -265,12 +269,22 @@ class svg_writer {
   }
 
   // ---- time axis ------------------------------------------------------------------------------
+  /// Calls `f(t)` for each tick 0, step, 2 step, ... <= the edge, without stepping past the end of
+  /// engine time.
+  template <class F>
+  void ticks(F&& f) const {
+    for (std::int64_t t = 0;; t += sc_.step_ns) {
+      f(t);
+      if (sc_.end_ns - t < sc_.step_ns) break;
+    }
+  }
   void axis_labels(double y) {
-    for (std::int64_t t = 0; t <= sc_.end_ns; t += sc_.step_ns) text(sc_.x(t), y, human(duration(t)), "axis", "middle");
+    ticks([&](std::int64_t t) { text(sc_.x(t), y, human(duration(t)), "axis", "middle"); });
   }
   void grid(double y0, double y1) {
-    for (std::int64_t t = 0; t <= sc_.end_ns; t += sc_.step_ns)
+    ticks([&](std::int64_t t) {
       put("<line class=\"grid\" x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\"/>", n1(sc_.x(t)), n1(y0), n1(sc_.x(t)), n1(y1));
+    });
   }
 
   /// The grid goes under what was drawn since `at`; its height is known only afterwards.
@@ -508,8 +522,9 @@ class svg_writer {
         const std::size_t layer = std::min<std::size_t>(seg.gate, layers - 1);
         auto& acc = busy[g * layers + layer];
         auto& mid = full[g * layers + layer];
-        const double a = double(seg.from.time_since_epoch().count()), b = double(seg.to.time_since_epoch().count());
-        const std::size_t ia = bin_of(std::int64_t(a)), ib = bin_of(std::int64_t(b));
+        const std::int64_t from_ns = seg.from.time_since_epoch().count(), to_ns = seg.to.time_since_epoch().count();
+        const double a = double(from_ns), b = double(to_ns);
+        const std::size_t ia = bin_of(from_ns), ib = bin_of(to_ns);  // not via double: 2^63 does not fit back
         if (ia == ib) {
           acc[ia] += b - a;
         } else {
