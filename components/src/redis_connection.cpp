@@ -355,7 +355,6 @@ struct redis_connection::impl : std::enable_shared_from_this<impl> {
     connect_timer_.cancel();
     connecting_ = false;
     up_ = true;
-    up_flag_.store(true, std::memory_order_release);
     attempt_ = 0;
     boost::system::error_code ignored;
     socket_.set_option(tcp::no_delay(true), ignored);
@@ -364,7 +363,9 @@ struct redis_connection::impl : std::enable_shared_from_this<impl> {
     {
       // AUTH and SELECT go before anything queued meanwhile; their replies are not anyone's.
       std::lock_guard lock(mutex_);
+      // connected() reads the flag under this mutex: whoever sees it up can queue a command at once.
       down_ = false;
+      up_flag_.store(true, std::memory_order_release);
       std::string prefix;
       const auto now = steady::now();
       const auto far = now + std::chrono::hours(24 * 365);
