@@ -5,6 +5,14 @@
 #include <atomic>
 #include <mutex>
 #include <string>
+#include <vector>
+
+#if defined(__linux__) && __has_include(<linux/membarrier.h>) && !defined(__SANITIZE_THREAD__)
+#define RC_HAVE_MEMBARRIER 1
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 #include "rc/error.hpp"
 
@@ -30,6 +38,108 @@ struct registry {
 registry& registered() {
   static registry r;
   return r;
+}
+
+// ---- who is delivering ----
+//
+// A delivery marks itself in its thread's slot (a depth: deliveries nest when a handler emits)
+// and then reads the lists. A writer that retired a list frees it only once it has seen every
+// slot at zero. The order "mark, then read" on the reader's side against "publish, then scan" on
+// the writer's is a store followed by a load on each side, which needs a full barrier on both.
+// The reader's is the hot one, so it is made asymmetric: the writer (rare: subscribe and
+// unsubscribe) calls membarrier(PRIVATE_EXPEDITED), which runs a full barrier on every thread of
+// the process that is running, and the reader needs only a compiler barrier. Where membarrier is
+// missing (and under ThreadSanitizer, which does not model it) the reader's mark is a seq_cst
+// read-modify-write and the writer's scan seq_cst loads: the same guarantee, at the price of one
+// locked instruction per delivery on each side.
+
+struct reader_slot {
+  std::atomic<std::uint32_t> depth{0};  // written by its thread only
+};
+
+struct reader_slots {
+  std::mutex mutex;
+  std::vector<reader_slot*> slots;  // every slot made; never freed
+  std::vector<reader_slot*> free;   // given back by threads that ended, at depth zero
+};
+
+reader_slots& all_reader_slots() {
+  static auto* r = new reader_slots;  // never destroyed: threads may end after static destruction
+  return *r;
+}
+
+reader_slot* take_slot() {
+  auto& r = all_reader_slots();
+  std::lock_guard lock(r.mutex);
+  if (!r.free.empty()) {
+    reader_slot* s = r.free.back();
+    r.free.pop_back();
+    return s;
+  }
+  r.slots.push_back(new reader_slot);
+  return r.slots.back();
+}
+
+bool asymmetric_barrier() noexcept {
+#if defined(RC_HAVE_MEMBARRIER)
+  static const bool ok = [] {
+    const long cmds = ::syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (cmds < 0 || (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0) return false;
+    return ::syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// The writer's half, between its last publish and its scan of the slots. Without membarrier
+// every access on both sides is seq_cst, which orders them by itself.
+void heavy_barrier() noexcept {
+#if defined(RC_HAVE_MEMBARRIER)
+  if (!asymmetric_barrier()) return;
+  if (::syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) return;
+  // Registered, so this does not fail; if it ever did, the global command is the slow equivalent.
+  (void)::syscall(__NR_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0);
+#endif
+}
+
+thread_local reader_slot* this_thread_slot = nullptr;  // trivial: the hot path reads it without a guard
+thread_local bool slot_given_back = false;
+
+// Gives the thread's slot back when the thread ends.
+struct thread_slot_owner {
+  reader_slot* slot = take_slot();
+  ~thread_slot_owner() {
+    this_thread_slot = nullptr;
+    slot_given_back = true;
+    auto& r = all_reader_slots();
+    std::lock_guard lock(r.mutex);
+    r.free.push_back(slot);
+  }
+};
+
+reader_slot& my_slot() {
+  if (this_thread_slot != nullptr) [[likely]]
+    return *this_thread_slot;
+  if (slot_given_back) {
+    // A delivery from a thread-local destructor, after the owner's: a slot that stays taken.
+    this_thread_slot = take_slot();
+    return *this_thread_slot;
+  }
+  static thread_local thread_slot_owner owner;
+  this_thread_slot = owner.slot;
+  return *owner.slot;
+}
+
+// True when no thread is delivering (on any bus). The caller ran heavy_barrier() after its last
+// publish, or holds the lists' mutex past one that did.
+bool no_reader() {
+  auto& r = all_reader_slots();
+  std::lock_guard lock(r.mutex);
+  for (const reader_slot* s : r.slots)
+    if (s->depth.load(std::memory_order_seq_cst) != 0) return false;
+  return true;
 }
 
 }  // namespace
@@ -74,11 +184,14 @@ nlohmann::json event::to_json() const {
 }
 
 // Shared between the bus and its subscriptions, so a subscription outliving the bus is harmless.
-// Lists are copy-on-write and read without a lock: a delivery counts itself in `readers`, then
-// reads the current lists (`live`). A writer (under the mutex) publishes the new list and retires
-// the old one; retired lists are freed only when no delivery is running (checked by the writer,
-// and by the last delivery to leave), so a list is never freed under a reader. A delivery thus
-// costs two atomic increments, not a lock and four reference counts.
+// Lists are copy-on-write and read without a lock: a delivery marks its thread's slot (above),
+// then reads the current lists (`live`). A writer (under the mutex) publishes the new list and
+// retires the old one; retired lists are freed only when no thread is delivering (checked by the
+// writer, and by a delivery leaving its thread's outermost delivery while lists wait), so a list is
+// never freed under a reader. A delivery thus costs a few plain loads and stores on its own
+// thread's slot: no lock, no reference count, and (with membarrier) no locked instruction.
+// The slots are the process's, not the bus's, so a delivery on another bus can hold back a
+// retired list; it is then freed by this bus's next write or next delivery, or with the bus.
 struct subscription::state {
   using list_ptr = std::shared_ptr<const handler_list>;
 
@@ -86,7 +199,6 @@ struct subscription::state {
   std::uint64_t next_token = 1;
   std::array<list_ptr, event_count + 1> lists;  // last = catch-all; owners, under the mutex
   std::array<std::atomic<const handler_list*>, event_count + 1> live{};
-  std::atomic<std::uint32_t> readers{0};
   std::atomic<bool> has_retired{false};
   std::vector<list_ptr> retired;  // under the mutex
   event_bus* bus = nullptr;
@@ -95,21 +207,28 @@ struct subscription::state {
   // handler's destruction may unsubscribe: once() keeps its own subscription).
   void replace_locked(std::size_t i, list_ptr next, std::vector<list_ptr>& out) {
     live[i].store(next.get());
-    retired.push_back(std::exchange(lists[i], std::move(next)));
-    has_retired.store(true);
+    if (list_ptr old = std::exchange(lists[i], std::move(next))) {  // the first list replaces none
+      retired.push_back(std::move(old));
+      has_retired.store(true);
+    }
     collect_locked(out);
   }
   void collect_locked(std::vector<list_ptr>& out) {
-    if (readers.load() != 0) return;  // a delivery may hold one: the last to leave frees them
+    if (retired.empty()) return;
+    heavy_barrier();
+    if (!no_reader()) return;  // a delivery may hold one: it frees them as it leaves
     for (auto& l : retired) out.push_back(std::move(l));
     retired.clear();
     has_retired.store(false);
   }
-  // Called by a delivery that was the last one running.
+  // Called by a delivery leaving its thread's outermost delivery while lists wait.
+  // While another thread is still delivering it leaves the lists to that thread's exit, without
+  // the barrier: a long handler elsewhere must not cost every other delivery a system call.
   void collect() {
     std::vector<list_ptr> out;
     {
       std::lock_guard lock(mutex);
+      if (!no_reader()) return;
       collect_locked(out);
     }
   }
@@ -156,6 +275,9 @@ event_bus::event_bus(std::string context_id, std::function<time_point()> clock_n
       render_ts_(std::move(render_ts)),
       state_(std::make_shared<subscription::state>()) {
   state_->bus = this;
+  // Registering for membarrier can wait for an RCU grace period once threads run: do it here,
+  // usually before they do, rather than in the first subscribe.
+  (void)asymmetric_barrier();
 }
 
 event_bus::~event_bus() {
@@ -227,13 +349,33 @@ subscription event_bus::for_route(std::string route_id, event_handler h) {
 template <class Fill>
 void event_bus::deliver(event_id id, Fill&& fill) {
   subscription::state& st = *state_;
-  st.readers.fetch_add(1);  // before reading the lists: a writer seeing 0 later knows we read the new ones
+  reader_slot& slot = my_slot();
+  const bool light = asymmetric_barrier();
+  // Marked before the lists are read: a writer whose scan finds the slot at zero knows this
+  // delivery reads the lists it published.
+  const std::uint32_t depth = slot.depth.load(std::memory_order_relaxed);
+  if (light) {
+    slot.depth.store(depth + 1, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // heavy_barrier() is the other half
+  } else {
+    slot.depth.fetch_add(1, std::memory_order_seq_cst);
+  }
   struct leave {
     subscription::state& st;
+    reader_slot& slot;
+    std::uint32_t depth;
+    bool light;
     ~leave() {
-      if (st.readers.fetch_sub(1) == 1 && st.has_retired.load()) st.collect();
+      // Release: this delivery's reads of the lists come before a writer frees them.
+      if (light) {
+        slot.depth.store(depth, std::memory_order_release);
+        std::atomic_signal_fence(std::memory_order_seq_cst);
+      } else {
+        slot.depth.fetch_sub(1, std::memory_order_seq_cst);
+      }
+      if (depth == 0 && st.has_retired.load()) st.collect();
     }
-  } guard{st};
+  } guard{st, slot, depth, light};
   const handler_list* exact = st.live[static_cast<std::size_t>(id)].load();
   const handler_list* all = st.live[event_count].load();
   if ((!exact || exact->empty()) && (!all || all->empty())) return;
