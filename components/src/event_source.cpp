@@ -73,7 +73,8 @@ struct event_source::state {
   event_bus* bus = nullptr;
   event_lineage* lineage = nullptr;
   std::string route_id;
-  bool open = false;
+  bool open = false;                // attached: events queue
+  std::vector<subscription> subs;  // from attach() to the end of run()
 
   void on(const event& e) {
     std::string_view own;
@@ -136,12 +137,12 @@ event_source::event_source(event_source_options o) : st_(std::make_shared<state>
 std::uint64_t event_source::dropped() const noexcept { return st_->dropped.load(std::memory_order_relaxed); }
 std::uint64_t event_source::suppressed() const noexcept { return st_->suppressed.load(std::memory_order_relaxed); }
 
-task<void> event_source::run(source_context& sc) {
+void event_source::attach(route_runtime& rt) {
   state& st = *st_;
-  route_runtime& rt = sc.route();
   event_lineage& lineage = rt.ctx().service<event_lineage>();
   {
     std::lock_guard lock(st.mutex);
+    if (st.open) return;  // attached already (run() attaches a source nobody attached)
     st.route_id = rt.id();
     st.clock = &rt.clock();
     st.bus = &rt.events();
@@ -152,6 +153,15 @@ task<void> event_source::run(source_context& sc) {
   const std::shared_ptr<state> keep = st_;  // handlers hold the state, whatever happens to the source
   for (event_id id : resolve(st.o.names))
     subs.push_back(rt.events().on(event_name(id), [keep](const event& e) { keep->on(e); }));
+  std::lock_guard lock(st.mutex);
+  st.subs = std::move(subs);
+}
+
+task<void> event_source::run(source_context& sc) {
+  state& st = *st_;
+  route_runtime& rt = sc.route();
+  attach(rt);
+  event_lineage& lineage = rt.ctx().service<event_lineage>();
 
   while (!sc.stopping()) {
     std::optional<std::pair<event_message, unsigned>> item;
@@ -186,7 +196,12 @@ task<void> event_source::run(source_context& sc) {
     std::lock_guard lock(lineage.mutex);
     lineage.depth.erase(corr);
   }
-  subs.clear();
+  std::vector<subscription> subs;
+  {
+    std::lock_guard lock(st.mutex);
+    subs = std::move(st.subs);
+  }
+  subs.clear();  // unsubscribes outside the lock: a delivery running now may be in on(), which takes it
   std::lock_guard lock(st.mutex);
   st.open = false;
   st.waiting = nullptr;

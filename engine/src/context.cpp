@@ -261,6 +261,7 @@ route_runtime& context::add(route_definition def) {
   }
   impl_->bus->emit(event_id::route_registered, [&] { return nlohmann::json{{"routeId", rt.id()}}; });
   if (impl_->phase == impl::state::started) {
+    rt.definition().source->attach(rt);
     if (rt.definition().source->finite()) impl_->finite_sources.fetch_add(1);
     impl_->open_sources.fetch_add(1);
     rc::spawn(rt.frames_, [this, &rt] { return impl_->run_source(rt); });
@@ -276,6 +277,9 @@ void context::start() {
   m.started.store(true, std::memory_order_release);
   m.bus->emit(event_id::context_starting, [] { return nlohmann::json::object(); });
   m.bus->emit(event_id::context_started, [] { return nlohmann::json::object(); });
+  // Every source attaches before any runs: an event route then sees every route from its first
+  // step, whatever the order the routes were added in.
+  for (auto& r : m.routes) r->definition().source->attach(*r);
   for (auto& r : m.routes) {
     m.bus->emit(event_id::route_starting, [&] { return nlohmann::json{{"routeId", r->id()}}; });
     if (r->definition().source->finite()) m.finite_sources.fetch_add(1);

@@ -38,6 +38,25 @@ TEST_CASE("an event route alerts on another route's rejected exchanges") {
   ctx.stop();
 }
 
+TEST_CASE("an event route added after the routes it watches still sees their first exchanges") {
+  // Every event source subscribes when the context starts, before any route's source runs, so
+  // the order routes were added in does not decide what an event route sees.
+  rc::context ctx(rc::virtual_time);
+  rc::spy<rc::event_message> seen;
+  ctx.add(rc::craft().id("x").from(rc::simple(std::vector<int>{1, 2, 3})).to(rc::noop()));
+  ctx.add(rc::craft().id("w").from(rc::on_event("route:exchange:completed")).to(seen));
+  ctx.start();
+  ctx.run_until_idle();
+  CHECK(seen.count() == 3);
+  // Added to the started context: it sees what runs after add() returns.
+  rc::spy<rc::event_message> late;
+  ctx.add(rc::craft().id("late").from(rc::on_event("route:exchange:completed")).to(late));
+  ctx.add(rc::craft().id("y").from(rc::simple(std::vector<int>{4, 5})).to(rc::noop()));
+  ctx.run_until_idle();
+  CHECK(late.count() == 2);
+  ctx.stop();
+}
+
 TEST_CASE("on_event filters by pattern and by predicate") {
   rc::context ctx(rc::virtual_time);
   rc::spy<rc::event_message> failed_b;

@@ -69,6 +69,8 @@ class event_source final : public source<event_message> {
   explicit event_source(event_source_options o);
   std::string_view adapter() const override { return "event"; }
   bool finite() const noexcept override { return false; }
+  /// Subscribes: from here on, matching events queue for run().
+  void attach(route_runtime& rt) override;
   task<void> run(source_context& sc) override;
 
   /// Events dropped because the queue was full. Copies of a source share their counters.

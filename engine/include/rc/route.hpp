@@ -56,6 +56,11 @@ class source_base {
   /// Finite sources are waited for by drain(); a source that serves requests until stopped
   /// (direct, timer without a count, http) is not.
   virtual bool finite() const noexcept { return true; }
+  /// Called when the route starts, on the thread that starts it (context::start(), or add() on a
+  /// started context), before the source of any route of that start runs. A source that must not
+  /// miss what other routes do from their first step (an event source's subscription) sets up
+  /// here; run() follows.
+  virtual void attach(route_runtime& rt) { (void)rt; }
   /// A source whose records need parsing returns the step that parses them (rc/parse.hpp); the
   /// route runs it first, and `mode` is the route's on_parse_error.
   virtual std::unique_ptr<step> make_parse_step(parse_error mode) {
