@@ -73,7 +73,7 @@ struct event_source::state {
   event_bus* bus = nullptr;
   event_lineage* lineage = nullptr;
   std::string route_id;
-  bool open = false;                // attached: events queue
+  bool open = false;               // attached: events queue
   std::vector<subscription> subs;  // from attach() to the end of run()
 
   void on(const event& e) {

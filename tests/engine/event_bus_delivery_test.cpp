@@ -40,7 +40,7 @@ struct probe {
 
 }  // namespace
 
-TEST_CASE("a handler that unsubscribes itself and subscribes another mid-delivery: the delivery finishes, the next sees the change") {
+TEST_CASE("a handler unsubscribing itself mid-delivery: the delivery finishes, the next sees the change") {
   bus_fixture f;
   std::atomic<int> alive{0};
   std::vector<std::string> calls;
@@ -92,7 +92,7 @@ TEST_CASE("a nested delivery does not free the lists the outer delivery is readi
   CHECK(alive.load() == 0);
 }
 
-TEST_CASE("deliveries on two threads while a third subscribes and unsubscribes: every event reaches the steady handler, no handler outlives its turn") {
+TEST_CASE("two threads deliver while a third subscribes and unsubscribes: every event arrives, no handler lingers") {
   bus_fixture f;
   std::atomic<int> alive{0};
   std::atomic<long> steady_calls{0};
