@@ -201,7 +201,7 @@ task<void> event_source::run(source_context& sc) {
     std::lock_guard lock(st.mutex);
     subs = std::move(st.subs);
   }
-  subs.clear();  // unsubscribes outside the lock: a delivery running now may be in on(), which takes it
+  subs.clear();  // outside the lock: unsubscribing may destroy a handler, and the state it holds
   std::lock_guard lock(st.mutex);
   st.open = false;
   st.waiting = nullptr;
