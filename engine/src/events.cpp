@@ -132,8 +132,9 @@ reader_slot& my_slot() {
   return *owner.slot;
 }
 
-// True when no thread is delivering (on any bus). The caller ran heavy_barrier() after its last
-// publish, or holds the lists' mutex past one that did.
+// True when no thread is delivering (on any bus). Only after a heavy_barrier() that follows the
+// caller's last publish does true prove that no delivery still reads a retired list; without
+// one, false (someone is delivering) is still right, which is how collect() uses it.
 bool no_reader() {
   auto& r = all_reader_slots();
   std::lock_guard lock(r.mutex);
