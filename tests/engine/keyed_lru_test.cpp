@@ -466,3 +466,32 @@ TEST_CASE("a chunk pool hands out disjoint aligned stretches until it is spent, 
   }
   CHECK(pool.take(chunk) == nullptr);  // spent: stays spent
 }
+
+TEST_CASE("a key's hash depends on every byte and on the length, and spreads keys alike over low and high bits") {
+  // A byte the loads skipped (a short key's middle, a long key's block) would leave two keys
+  // that differ only there with one hash.
+  for (std::size_t n = 1; n <= 48; ++n) {
+    const std::string k(n, 'a');
+    const std::uint64_t h = rc::detail::hash_key(k);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::string other = k;
+      other[i] = 'b';
+      INFO("length " << n << ", byte " << i);
+      CHECK(rc::detail::hash_key(other) != h);
+    }
+    CHECK(rc::detail::hash_key(std::string(n + 1, 'a')) != h);
+  }
+  CHECK(rc::detail::hash_key("") != rc::detail::hash_key(std::string(1, '\0')));
+  // 65,536 keys alike but for a counter over 4,096 buckets: 16 a bucket on average, and none far
+  // from it, by the low 12 bits (where a table's probe starts) or the high 12 (a split table's part).
+  std::vector<int> low(4096), high(4096);
+  for (int i = 0; i < 65536; ++i) {
+    const auto h = static_cast<std::uint32_t>(rc::detail::hash_key("user-" + std::to_string(i)));
+    ++low[h & 4095];
+    ++high[h >> 20];
+  }
+  CHECK(*std::max_element(low.begin(), low.end()) <= 40);
+  CHECK(*std::max_element(high.begin(), high.end()) <= 40);
+  CHECK(*std::min_element(low.begin(), low.end()) >= 2);
+  CHECK(*std::min_element(high.begin(), high.end()) >= 2);
+}
