@@ -34,6 +34,17 @@ build="${1:-build}"
 seconds="${RC_BENCH_SECONDS:-3}"
 threads="${RC_BENCH_THREADS:-1}"
 connections=50
+# One core for the server under test, another for wrk, so that the scheduler never puts the two
+# on one core for a while (it did, on 2 cores, and a run then read a third lower). Every server is
+# pinned alike; RC_BENCH_PIN=0 leaves placement to the scheduler. Only with one server thread and
+# at least two cores.
+server_cpu=()
+wrk_cpu=()
+if [[ "${RC_BENCH_PIN:-1}" != 0 && "${RC_BENCH_THREADS:-1}" = 1 ]] && command -v taskset >/dev/null &&
+  [[ "$(nproc)" -ge 2 ]]; then
+  server_cpu=(taskset -c 0)
+  wrk_cpu=(taskset -c 1)
+fi
 
 command -v wrk >/dev/null || { echo "http_load: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
 gateway="$build/samples/api_gateway"
@@ -56,7 +67,7 @@ trap cleanup EXIT
 # sets $port and $server_pid.
 start() {
   local name="$1"; shift
-  "$@" >"$work/$name.log" 2>&1 &
+  "${server_cpu[@]}" "$@" >"$work/$name.log" 2>&1 &
   server_pid=$!
   pids+=("$server_pid")
   port=""
@@ -90,7 +101,7 @@ cpu_ticks() {
 # wrk_run DURATION URL [count]: one wrk run; prints its "name value" lines.
 wrk_run() {
   WRK_COUNT_STATUS="${3:-0}" timeout $(($1 + 15)) \
-    wrk -t1 -c"$connections" -d"${1}s" -s "$here/http_load.lua" "$2"
+    "${wrk_cpu[@]}" wrk -t1 -c"$connections" -d"${1}s" -s "$here/http_load.lua" "$2"
 }
 
 # load PREFIX URL EXPECTED: measures, then checks statuses; sets ${PREFIX}_rps, _p99_ms, _errors,
@@ -157,6 +168,7 @@ if [[ ${#redis_args[@]} -gt 0 ]]; then
   echo "# gateway CPU per request with the counts in Redis: ok ${redis_ok_cpu_us} us, limited ${redis_limited_cpu_us} us"
 fi
 echo "# $connections connections, ${seconds}s per path, $threads gateway thread(s), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# placement: ${server_cpu[*]:-any core} for each server, ${wrk_cpu[*]:-any core} for wrk"
 echo "# gateway CPU per request: ok ${ok_cpu_us} us, limited ${limited_cpu_us} us"
 echo "# status check (1 s each): ok $ok_2xx x 2xx, $ok_429 x 429; limited $limited_2xx x 2xx, $limited_429 x 429"
 
@@ -167,7 +179,7 @@ if [[ "${RC_BENCH_NGINX:-1}" != 0 ]] && command -v nginx >/dev/null; then
   mkdir -p "$work/nginx/empty"
   sed -e "s|@WORKERS@|$threads|" -e "s|@PORT@|$nginx_port|" -e "s|@DIR@|$work/nginx|g" \
     "$here/nginx/nginx.conf" >"$work/nginx/nginx.conf"
-  nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" >"$work/nginx.log" 2>&1 &
+  "${server_cpu[@]}" nginx -c "$work/nginx/nginx.conf" -p "$work/nginx" >"$work/nginx.log" 2>&1 &
   server_pid=$!
   pids+=("$server_pid")
   for _ in $(seq 1 100); do
