@@ -22,7 +22,8 @@
 # When redis-server is installed the gateway also serves the two paths with their counts in Redis
 # (rc::redis_store on a redis-server of its own, loopback): redis_ok_* and redis_limited_*, measured
 # in the same run. RC_BENCH_REDIS=0 skips them.
-# RC_BENCH_SECONDS sets the duration (default 3); RC_BENCH_THREADS the gateway's threads (1).
+# RC_BENCH_SECONDS sets the duration (default 3); RC_BENCH_THREADS the gateway's threads (1);
+# RC_BENCH_PIN=0 leaves the placement of servers and wrk to the scheduler (see below).
 #
 # Bounded: every wrk run has a hard timeout, every server start 10 s; servers are stopped on exit.
 set -euo pipefail
@@ -40,7 +41,7 @@ connections=50
 # at least two cores.
 server_cpu=()
 wrk_cpu=()
-if [[ "${RC_BENCH_PIN:-1}" != 0 && "${RC_BENCH_THREADS:-1}" = 1 ]] && command -v taskset >/dev/null &&
+if [[ "${RC_BENCH_PIN:-1}" != 0 && "$threads" = 1 ]] && command -v taskset >/dev/null &&
   [[ "$(nproc)" -ge 2 ]]; then
   server_cpu=(taskset -c 0)
   wrk_cpu=(taskset -c 1)
