@@ -38,6 +38,7 @@
 #include <memory>
 #include <string_view>
 
+#include "rc/gates/hash.hpp"
 #include "rc/gates/window_counter.hpp"
 #include "rc/time.hpp"
 
@@ -72,7 +73,7 @@ class count_min_sketch {
   cells locate(std::uint64_t key_hash) const noexcept {
     cells c;
     for (std::size_t row = 0; row < depth; ++row) {
-      const auto column = static_cast<std::uint32_t>(mix(key_hash ^ seeds[row]) >> shift_);
+      const auto column = static_cast<std::uint32_t>(detail::mix64(key_hash ^ seeds[row]) >> shift_);
       c.at[row] = static_cast<std::uint32_t>(row * width_) + column;
     }
     return c;
@@ -108,16 +109,6 @@ class count_min_sketch {
   // Fixed, distinct odd constants: a row's column depends on its own seed only.
   static constexpr std::array<std::uint64_t, depth> seeds{0x9e3779b97f4a7c15ull, 0xc2b2ae3d27d4eb4full,
                                                           0x165667b19e3779f9ull, 0xd6e8feb86659fd93ull};
-
-  // splitmix64's finaliser: every input bit reaches every output bit.
-  static std::uint64_t mix(std::uint64_t x) noexcept {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-  }
 
   std::size_t width_;
   int shift_;

@@ -36,6 +36,8 @@
 #include <utility>
 #include <vector>
 
+#include "rc/gates/hash.hpp"
+
 namespace rc {
 
 namespace detail {
@@ -127,53 +129,6 @@ class chunk_pool {
   std::atomic<std::size_t> made_{0};  // pages made resident up to here
   std::atomic<bool> wanted_{false};
 };
-
-/// A 64-bit hash of a key's bytes, for tables: a few multiplies for a short key, where
-/// std::hash calls a general routine. Like std::hash it is not seeded, so not a defence against
-/// keys chosen to collide; every bit of the key reaches every bit of the result.
-inline std::uint64_t hash_key(std::string_view key) noexcept {
-  constexpr std::uint64_t k0 = 0x9E3779B97F4A7C15ull;  // odd: a multiply by it is a bijection
-  constexpr std::uint64_t k1 = 0xC2B2AE3D27D4EB4Full;
-  const auto load64 = [](const char* p) noexcept {
-    std::uint64_t v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  };
-  const auto load32 = [](const char* p) noexcept {
-    std::uint32_t v;
-    std::memcpy(&v, p, sizeof v);
-    return std::uint64_t{v};
-  };
-  const char* p = key.data();
-  const std::size_t n = key.size();
-  std::uint64_t acc = n * k1;
-  std::uint64_t a = 0;
-  std::uint64_t b = 0;
-  if (n > 16) {
-    // Whole 16-byte blocks but the last; the last 16 bytes (overlapping) are a and b below.
-    for (std::size_t at = 0; at + 16 < n; at += 16)
-      acc = (std::rotl(acc ^ (load64(p + at) * k0), 31) ^ load64(p + at + 8)) * k1;
-    a = load64(p + n - 16);
-    b = load64(p + n - 8);
-  } else if (n >= 8) {  // two loads that overlap unless n is 16
-    a = load64(p);
-    b = load64(p + n - 8);
-  } else if (n >= 4) {
-    a = load32(p);
-    b = load32(p + n - 4);
-  } else if (n > 0) {
-    a = (std::uint64_t{static_cast<unsigned char>(p[0])} << 16) |
-        (std::uint64_t{static_cast<unsigned char>(p[n / 2])} << 8) | static_cast<unsigned char>(p[n - 1]);
-  }
-  std::uint64_t h = acc ^ (a * k0) ^ std::rotl(b * k1, 29);
-  // A finaliser that spreads every input bit over the whole word (shift-xor, multiply, twice).
-  h ^= h >> 33;
-  h *= 0xFF51AFD7ED558CCDull;
-  h ^= h >> 33;
-  h *= 0xC4CEB9FE1A85EC53ull;
-  h ^= h >> 33;
-  return h;
-}
 
 /// A key and its hash in 20 bytes: keys of up to 15 characters inline, longer ones in an
 /// exact-size heap buffer. The last byte tells which: an inline key's size, or heap_marker (the
