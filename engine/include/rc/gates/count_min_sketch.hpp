@@ -33,7 +33,6 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <memory>
 #include <string_view>
@@ -66,9 +65,8 @@ class count_min_sketch {
   std::size_t bytes() const noexcept { return depth * width_ * sizeof(std::uint32_t); }
   std::size_t memory_bytes() const noexcept { return counters_ ? bytes() : 0; }
 
-  static std::uint64_t hash(std::string_view key) noexcept {
-    return static_cast<std::uint64_t>(std::hash<std::string_view>{}(key));
-  }
+  /// The same hash of a key's bytes as the keyed tables' (rc/gates/hash.hpp).
+  static std::uint64_t hash(std::string_view key) noexcept { return detail::hash_key(key); }
 
   cells locate(std::uint64_t key_hash) const noexcept {
     cells c;
