@@ -8,7 +8,10 @@
 # where errors counts socket errors and every response that is neither 2xx nor 429, all runs.
 # Throughput is measured without a Lua call per response (it would slow wrk, not the server);
 # statuses are then checked in a 1 s run per path that counts every response (2xx, 429, other).
-# Lines starting with '#' add detail: counts, the gateway's CPU time per request, the load.
+# Lines starting with '#' add detail: counts, the gateway's CPU time per request, the load, and
+# how busy each server kept the core(s) it had (requests/s x CPU per request). A server well under
+# 100% busy was waiting for wrk, not working: its rate is what wrk could send, and a ratio of two
+# such rates measures the load generator, not the servers.
 #
 # When nginx is installed it then measures nginx doing the same work (bench/nginx/nginx.conf:
 # limit_req, 429 past 10 a minute) with RC_BENCH_THREADS workers, same load and duration, and
@@ -128,6 +131,10 @@ load() {
     'BEGIN { printf "%.1f", (n > 0 ? t * 1e6 / 100 / n : 0) }')"
 }
 
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
+# busy RPS CPU_US CORES: the share of its cores a server was busy, in per cent.
+busy() { awk -v r="$1" -v c="$2" -v n="$3" 'BEGIN { printf "%.0f%%", r * c / 1e4 / n }'; }
+
 redis_args=()
 if [[ "${RC_BENCH_REDIS:-1}" != 0 ]] && command -v redis-server >/dev/null; then
   redis_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -171,9 +178,8 @@ fi
 echo "# $connections connections, ${seconds}s per path, $threads gateway thread(s), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# placement: ${server_cpu[*]:-any core} for each server, ${wrk_cpu[*]:-any core} for wrk"
 echo "# gateway CPU per request: ok ${ok_cpu_us} us, limited ${limited_cpu_us} us"
+echo "# gateway busy ($threads core(s)): ok $(busy "$ok_rps" "$ok_cpu_us" "$threads"), limited $(busy "$limited_rps" "$limited_cpu_us" "$threads")"
 echo "# status check (1 s each): ok $ok_2xx x 2xx, $ok_429 x 429; limited $limited_2xx x 2xx, $limited_429 x 429"
-
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
 
 if [[ "${RC_BENCH_NGINX:-1}" != 0 ]] && command -v nginx >/dev/null; then
   nginx_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -208,6 +214,7 @@ if [[ "${RC_BENCH_NGINX:-1}" != 0 ]] && command -v nginx >/dev/null; then
   echo "nginx_ok_ratio $nginx_ok_ratio"
   echo "nginx_limited_ratio $nginx_limited_ratio"
   echo "# nginx ($threads worker(s)) CPU per request: ok ${nginx_ok_cpu_us} us, limited ${nginx_limited_cpu_us} us"
+  echo "# nginx busy ($threads core(s)): ok $(busy "$nginx_ok_rps" "$nginx_ok_cpu_us" "$threads"), limited $(busy "$nginx_limited_rps" "$nginx_limited_cpu_us" "$threads")"
   echo "# CPU per request, gateway / nginx: ok $(ratio "$ok_cpu_us" "$nginx_ok_cpu_us"), limited $(ratio "$limited_cpu_us" "$nginx_limited_cpu_us")"
   echo "# nginx status check (1 s each): ok $nginx_ok_2xx x 2xx, $nginx_ok_429 x 429; limited $nginx_limited_2xx x 2xx, $nginx_limited_429 x 429"
 else
@@ -241,6 +248,7 @@ echo "express_limited_rps $express_limited_rps"
 echo "express_limited_p99_ms $express_limited_p99_ms"
 echo "express_errors $((express_ok_errors + express_limited_errors))"
 echo "# express CPU per request: ok ${express_ok_cpu_us} us, limited ${express_limited_cpu_us} us"
+echo "# express busy (1 core): ok $(busy "$express_ok_rps" "$express_ok_cpu_us" 1), limited $(busy "$express_limited_rps" "$express_limited_cpu_us" 1)"
 echo "ok_ratio $ok_ratio"
 echo "limited_ratio $limited_ratio"
 met=no
