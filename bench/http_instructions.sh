@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Instructions the api_gateway sample executes per request, counted by valgrind's callgrind: the
+# same figure on every run of the same binary, whatever else the machine is doing, where requests/s
+# on these virtual machines swing by a third between runs (bench/http_load.sh). It counts user
+# space only (the gateway's code, the libraries it calls, malloc), not the kernel: what a change to
+# our own request path moves.
+#
+#   bench/http_instructions.sh [BUILD_DIR]     (default: build; builds the sample if it is missing)
+#
+# Prints, for /bench/ok (200) and /bench/limited (429 after the first 10):
+#   ok_instructions N, ok_allocations N, limited_instructions N, limited_allocations N
+# each per request: instructions (callgrind's Ir) and calls to malloc. The client is one keep-alive
+# connection sending GET requests one after another (python3's http.client), so each request also
+# pays the gateway's wait for the next one, which wrk's 50 connections mostly spare it. Counting
+# starts after WARMUP requests (connection set-up, first-use allocations and the limited path's
+# first 10 admissions are left out) and covers the next REQUESTS.
+# RC_INSN_REQUESTS sets REQUESTS (default 2000), RC_INSN_WARMUP sets WARMUP (default 200).
+# Needs valgrind and python3; bounded: every step has a timeout, the gateway is stopped on exit.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+build="${1:-build}"
+[[ "$build" = /* ]] || build="$root/$build"
+requests="${RC_INSN_REQUESTS:-2000}"
+warmup="${RC_INSN_WARMUP:-200}"
+
+for tool in valgrind callgrind_control callgrind_annotate python3; do
+  command -v "$tool" >/dev/null || { echo "http_instructions: $tool is not installed" >&2; exit 1; }
+done
+gateway="$build/samples/api_gateway"
+if [[ ! -x "$gateway" ]]; then
+  echo "http_instructions: building api_gateway in $build" >&2
+  [[ -f "$build/build.ninja" || -f "$build/Makefile" ]] || cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  cmake --build "$build" --target api_gateway >/dev/null
+fi
+
+work="$(mktemp -d)"
+pid=""
+cleanup() {
+  [[ -n "$pid" ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# send PATH COUNT: COUNT sequential GETs on one keep-alive connection; fails on a status other
+# than 200 or 429.
+send() {
+  timeout 600 python3 - "$port" "$1" "$2" <<'EOF'
+import http.client, sys
+port, path, count = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+for _ in range(count):
+    conn.request("GET", path)
+    response = conn.getresponse()
+    response.read()
+    if response.status not in (200, 429):
+        sys.exit(f"http_instructions: {path} answered {response.status}")
+EOF
+}
+
+# counts FILE: "IR MALLOCS", the Ir total and the calls to malloc in one callgrind dump. A dump
+# names a function once, then refers to it by its number.
+counts() {
+  python3 - "$1" <<'PY'
+import re, sys
+names, callee, total, mallocs = {}, None, 0, 0
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"(c?)fn=\((\d+)\)(?: (.*))?", line)
+    if m:
+        if m.group(3):
+            names[m.group(2)] = m.group(3).strip()
+        if m.group(1):
+            callee = m.group(2)
+    elif line.startswith("calls=") and names.get(callee) == "malloc":
+        mallocs += int(line.split()[0][len("calls="):])
+    elif line.startswith("totals:"):
+        total = int(line.split()[1])
+print(total, mallocs)
+PY
+}
+
+valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" --collect-atstart=yes \
+  "$gateway" --port 0 --quiet >"$work/gateway.log" 2>"$work/valgrind.log" &
+pid=$!
+port=""
+for _ in $(seq 1 300); do
+  port="$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$work/gateway.log" | head -1 | sed 's/.*://')" || true
+  [[ -n "$port" ]] && break
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+done
+[[ -n "$port" ]] || { echo "http_instructions: the gateway did not start:" >&2; cat "$work/gateway.log" "$work/valgrind.log" >&2; exit 1; }
+
+# measure PREFIX PATH: warm up, zero the counters, send, dump; sets ${PREFIX}_instructions and
+# ${PREFIX}_allocations (per request).
+measure() {
+  local prefix="$1" path="$2" dump before ir mallocs
+  send "$path" "$warmup"
+  timeout 60 callgrind_control -z "$pid" >/dev/null 2>&1
+  send "$path" "$requests"
+  before="$(ls "$work" | grep -c '^cg\.' || true)"
+  timeout 60 callgrind_control -d "$pid" >/dev/null 2>&1
+  for _ in $(seq 1 100); do
+    [[ "$(ls "$work" | grep -c '^cg\.' || true)" -gt "$before" ]] && break
+    sleep 0.1
+  done
+  dump="$(ls -t "$work"/cg.* | head -1)"
+  read -r ir mallocs <<<"$(counts "$dump")"
+  printf -v "${prefix}_instructions" '%s' "$(awk -v t="$ir" -v n="$requests" 'BEGIN { printf "%.0f", t / n }')"
+  printf -v "${prefix}_allocations" '%s' "$(awk -v t="$mallocs" -v n="$requests" 'BEGIN { printf "%.1f", t / n }')"
+}
+
+measure ok /bench/ok
+measure limited /bench/limited
+echo "ok_instructions $ok_instructions"
+echo "ok_allocations $ok_allocations"
+echo "limited_instructions $limited_instructions"
+echo "limited_allocations $limited_allocations"
+echo "# per request, $requests requests after $warmup warm-up ones, one keep-alive connection (python3 http.client)"
