@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Instructions the api_gateway sample executes per request, counted by valgrind's callgrind: the
-# same figure on every run of the same binary, whatever else the machine is doing, where requests/s
-# on these virtual machines swing by a third between runs (bench/http_load.sh). It counts user
-# space only (the gateway's code, the libraries it calls, malloc), not the kernel: what a change to
-# our own request path moves.
+# Instructions the api_gateway sample executes per request, counted by valgrind's callgrind:
+# within 2% from run to run of the same binary, whatever else the machine is doing, where
+# requests/s on these virtual machines swing by a third between runs (bench/http_load.sh). It
+# counts user space only (the gateway's code, the libraries it calls, malloc), not the kernel:
+# what a change to our own request path moves.
 #
 #   bench/http_instructions.sh [BUILD_DIR]     (default: build; builds the sample if it is missing)
 #
