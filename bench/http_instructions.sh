@@ -19,21 +19,13 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(dirname "$here")"
-build="${1:-build}"
-[[ "$build" = /* ]] || build="$root/$build"
 requests="${RC_INSN_REQUESTS:-2000}"
 warmup="${RC_INSN_WARMUP:-200}"
 
 for tool in valgrind callgrind_control callgrind_annotate python3; do
   command -v "$tool" >/dev/null || { echo "http_instructions: $tool is not installed" >&2; exit 1; }
 done
-gateway="$build/samples/api_gateway"
-if [[ ! -x "$gateway" ]]; then
-  echo "http_instructions: building api_gateway in $build" >&2
-  [[ -f "$build/build.ninja" || -f "$build/Makefile" ]] || cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" --target api_gateway >/dev/null
-fi
+source "$here/http_common.sh" http_instructions "${1:-build}"
 
 work="$(mktemp -d)"
 pid=""

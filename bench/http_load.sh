@@ -32,9 +32,6 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-root="$(dirname "$here")"
-build="${1:-build}"
-[[ "$build" = /* ]] || build="$root/$build"
 seconds="${RC_BENCH_SECONDS:-3}"
 threads="${RC_BENCH_THREADS:-1}"
 connections=50
@@ -51,12 +48,7 @@ if [[ "${RC_BENCH_PIN:-1}" != 0 && "$threads" = 1 ]] && command -v taskset >/dev
 fi
 
 command -v wrk >/dev/null || { echo "http_load: wrk is not installed (apt-get install wrk)" >&2; exit 1; }
-gateway="$build/samples/api_gateway"
-if [[ ! -x "$gateway" ]]; then
-  echo "http_load: building api_gateway in $build" >&2
-  [[ -f "$build/build.ninja" || -f "$build/Makefile" ]] || cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" --target api_gateway >/dev/null
-fi
+source "$here/http_common.sh" http_load "${1:-build}"
 
 work="$(mktemp -d)"
 pids=()
