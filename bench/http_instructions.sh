@@ -22,7 +22,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 requests="${RC_INSN_REQUESTS:-2000}"
 warmup="${RC_INSN_WARMUP:-200}"
 
-for tool in valgrind callgrind_control callgrind_annotate python3; do
+for tool in valgrind callgrind_control python3; do
   command -v "$tool" >/dev/null || { echo "http_instructions: $tool is not installed" >&2; exit 1; }
 done
 source "$here/http_common.sh" http_instructions "${1:-build}"
