@@ -75,14 +75,7 @@ PY
 valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" --collect-atstart=yes \
   "$gateway" --port 0 --quiet >"$work/gateway.log" 2>"$work/valgrind.log" &
 pid=$!
-port=""
-for _ in $(seq 1 300); do
-  port="$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$work/gateway.log" | head -1 | sed 's/.*://')" || true
-  [[ -n "$port" ]] && break
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.1
-done
-[[ -n "$port" ]] || { echo "http_instructions: the gateway did not start:" >&2; cat "$work/gateway.log" "$work/valgrind.log" >&2; exit 1; }
+await_port "$work/gateway.log" "$pid" 300 || { echo "http_instructions: the gateway did not start:" >&2; cat "$work/gateway.log" "$work/valgrind.log" >&2; exit 1; }
 
 # measure PREFIX PATH: warm up, zero the counters, send, dump; sets ${PREFIX}_instructions and
 # ${PREFIX}_allocations (per request).

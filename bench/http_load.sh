@@ -66,13 +66,7 @@ start() {
   "${server_cpu[@]}" "$@" >"$work/$name.log" 2>&1 &
   server_pid=$!
   pids+=("$server_pid")
-  port=""
-  for _ in $(seq 1 100); do
-    port="$(grep -o 'listening on http://127.0.0.1:[0-9]*' "$work/$name.log" | head -1 | sed 's/.*://')" || true
-    [[ -n "$port" ]] && return 0
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.1
-  done
+  await_port "$work/$name.log" "$server_pid" 100 && return 0
   echo "http_load: $name did not start:" >&2
   cat "$work/$name.log" >&2
   exit 1
