@@ -15,6 +15,8 @@
 # starts after WARMUP requests (connection set-up, first-use allocations and the limited path's
 # first 10 admissions are left out) and covers the next REQUESTS.
 # RC_INSN_REQUESTS sets REQUESTS (default 2000), RC_INSN_WARMUP sets WARMUP (default 200).
+# RC_INSN_KEEP=DIR keeps the two dumps there (DIR/ok.callgrind, DIR/limited.callgrind) for
+# callgrind_annotate, to see where a path's instructions and allocations go.
 # Needs valgrind and python3; bounded: every step has a timeout, the gateway is stopped on exit.
 set -euo pipefail
 
@@ -91,6 +93,10 @@ measure() {
     sleep 0.1
   done
   dump="$(ls -t "$work"/cg.* | head -1)"
+  if [[ -n "${RC_INSN_KEEP:-}" ]]; then
+    mkdir -p "$RC_INSN_KEEP"
+    cp "$dump" "$RC_INSN_KEEP/$prefix.callgrind"
+  fi
   read -r ir mallocs <<<"$(counts "$dump")"
   printf -v "${prefix}_instructions" '%s' "$(awk -v t="$ir" -v n="$requests" 'BEGIN { printf "%.0f", t / n }')"
   printf -v "${prefix}_allocations" '%s' "$(awk -v t="$mallocs" -v n="$requests" 'BEGIN { printf "%.1f", t / n }')"
