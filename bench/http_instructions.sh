@@ -79,6 +79,9 @@ valgrind --tool=callgrind --callgrind-out-file="$work/cg.%p" --collect-atstart=y
 pid=$!
 await_port "$work/gateway.log" "$pid" 300 || { echo "http_instructions: the gateway did not start:" >&2; cat "$work/gateway.log" "$work/valgrind.log" >&2; exit 1; }
 
+# dumps: how many dumps callgrind has written so far.
+dumps() { ls "$work" | grep -c '^cg\.' || true; }
+
 # measure PREFIX PATH: warm up, zero the counters, send, dump; sets ${PREFIX}_instructions and
 # ${PREFIX}_allocations (per request).
 measure() {
@@ -86,12 +89,15 @@ measure() {
   send "$path" "$warmup"
   timeout 60 callgrind_control -z "$pid" >/dev/null 2>&1
   send "$path" "$requests"
-  before="$(ls "$work" | grep -c '^cg\.' || true)"
+  before="$(dumps)"
   timeout 60 callgrind_control -d "$pid" >/dev/null 2>&1
   for _ in $(seq 1 100); do
-    [[ "$(ls "$work" | grep -c '^cg\.' || true)" -gt "$before" ]] && break
+    [[ "$(dumps)" -gt "$before" ]] && break
     sleep 0.1
   done
+  # An older dump would hold other requests' counts: no figures rather than wrong ones.
+  [[ "$(dumps)" -gt "$before" ]] ||
+    { echo "http_instructions: callgrind wrote no dump for $path within 10 s" >&2; exit 1; }
   dump="$(ls -t "$work"/cg.* | head -1)"
   if [[ -n "${RC_INSN_KEEP:-}" ]]; then
     mkdir -p "$RC_INSN_KEEP"
