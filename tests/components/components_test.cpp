@@ -11,6 +11,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace components_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::in_ms;
@@ -285,3 +287,5 @@ TEST_CASE("spy records bodies, headers, exchange ids and virtual arrival times, 
   out.reset();
   CHECK(out.count() == 0);
 }
+
+}  // namespace components_test

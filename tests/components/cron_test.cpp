@@ -10,6 +10,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace cron_test {
+
 using namespace std::chrono_literals;
 using rc::test::rc_error;
 
@@ -404,3 +406,5 @@ TEST_CASE("a wall clock stepped forward past fires: the due fire happens once, t
   CHECK(iso(got[0].body.fired) == "2026-01-01T06:00:00.000Z");      // woke at its engine time
   CHECK(iso(got[1].body.scheduled) == "2026-01-01T07:00:00.000Z");  // 02:00 to 06:00 skipped
 }
+
+}  // namespace cron_test

@@ -10,6 +10,8 @@
 #include "support/dsl_support.hpp"
 #include "support/temp_dir.hpp"
 
+namespace csv_test {
+
 using rc::test::event_recorder;
 using rc::test::temp_dir;
 using rows = std::vector<rc::csv_row>;
@@ -323,3 +325,5 @@ TEST_CASE("csv and jsonl destinations: a file that cannot be written fails the e
     CHECK(e.details["error"]["message"].get<std::string>().find("No such file or directory") != std::string::npos);
   }
 }
+
+}  // namespace csv_test

@@ -15,6 +15,8 @@
 #include "support/slow_work.hpp"
 #include "support/temp_dir.hpp"
 
+namespace directory_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::in_ms;
@@ -379,3 +381,5 @@ TEST_CASE("directory: on a real-time context with two threads, a batch folder is
   CHECK(count_in(dir / ".done") == 50);
   CHECK(names_in(dir / ".processing").empty());
 }
+
+}  // namespace directory_test

@@ -11,6 +11,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace event_source_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::rc_error;
@@ -215,3 +217,5 @@ TEST_CASE("on_event on a real clock with two threads delivers every event once")
   CHECK(ids.size() == 200);
   ctx.stop();
 }
+
+}  // namespace event_source_test

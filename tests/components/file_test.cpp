@@ -17,6 +17,8 @@
 #include "support/dsl_support.hpp"
 #include "support/temp_dir.hpp"
 
+namespace file_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::in_ms;
@@ -453,3 +455,5 @@ TEST_CASE("a file source needs a fixed path") {
   REQUIRE(errors.count("context:error") == 1);
   CHECK(error_code(errors.all()[0]) == "RC5003");
 }
+
+}  // namespace file_test

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <rc/rc.hpp>
 
+namespace http_events_test {
+
 TEST_CASE("plugin:http:request:completed is a component event users subscribe to by name") {
   CHECK(static_cast<std::size_t>(rc::http_request_completed) >= rc::builtin_event_count);
   CHECK(rc::find_event("plugin:http:request:completed") == rc::http_request_completed);
@@ -12,3 +14,5 @@ TEST_CASE("plugin:http:request:completed is a component event users subscribe to
   CHECK(sub.active());
   CHECK(ctx.events().listening(rc::http_request_completed));
 }
+
+}  // namespace http_events_test

@@ -22,6 +22,8 @@
 #include "support/dsl_support.hpp"
 #include "support/prometheus_check.hpp"
 
+namespace http_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 
@@ -1504,3 +1506,5 @@ TEST_CASE("http: built-in paths win over pattern routes, and a route with the sa
   CHECK_THROWS_WITH(rc::http_source({.path = "/a", .health_path = "/h", .ready_path = "/h"}),
                     Catch::Contains("ready_path"));
 }
+
+}  // namespace http_test

@@ -30,6 +30,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace https_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 
@@ -401,3 +403,5 @@ TEST_CASE("https: a plain route cannot join a TLS server, nor a TLS route a plai
   ctx.add(rc::craft().id("plain").from(plain).to(rc::noop()));
   CHECK_THROWS_AS(plain.port(), rc::error);
 }
+
+}  // namespace https_test

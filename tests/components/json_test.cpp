@@ -9,6 +9,8 @@
 #include "support/dsl_support.hpp"
 #include "support/temp_dir.hpp"
 
+namespace json_test {
+
 using rc::test::event_recorder;
 using rc::test::temp_dir;
 
@@ -367,3 +369,5 @@ TEST_CASE("on_parse_error is a route option: after from() it is RC2001") {
   CHECK_THROWS_MATCHES(std::move(b).on_parse_error(rc::parse_error::drop), rc::error,
                        rc::test::rc_error(rc::errc::invalid_dsl, "on_parse_error"));
 }
+
+}  // namespace json_test

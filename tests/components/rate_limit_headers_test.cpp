@@ -4,6 +4,8 @@
 
 #include "rc/http_rate_limit_headers.hpp"
 
+namespace rate_limit_headers_test {
+
 using namespace std::chrono_literals;
 using rc::rate_limit_headers;
 using rc::rate_limit_outcome;
@@ -199,3 +201,5 @@ TEST_CASE("the partition key is 16 base64 characters of the key's hash") {
   CHECK(rc::rate_limit_partition_key("127.0.0.1") == "MTJjYTE3YjQ5YWYy");
   CHECK(rc::rate_limit_partition_key("").size() == 16);
 }
+
+}  // namespace rate_limit_headers_test

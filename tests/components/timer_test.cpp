@@ -10,6 +10,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace timer_test {
+
 using namespace std::chrono_literals;
 using rc::test::in_ms;
 using rc::test::rc_error;
@@ -151,3 +153,5 @@ TEST_CASE("timer rejects a bad exact_time, time zone or jitter with RC5003") {
   CHECK_NOTHROW(rc::timer({.exact_time = "23:59:59"}));
   CHECK_NOTHROW(rc::timer({.exact_time = "00:00:00"}));
 }
+
+}  // namespace timer_test

@@ -8,6 +8,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace builder_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::in_ms;
@@ -374,3 +376,5 @@ TEST_CASE("to(function) returning the body type replaces the body, returning not
   CHECK(seen == 40);
   CHECK(out.bodies() == std::vector<int>{40});
 }
+
+}  // namespace builder_test

@@ -7,6 +7,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace cache_test {
+
 using namespace std::chrono_literals;
 using rc::test::arrivals;
 using rc::test::event_recorder;
@@ -408,3 +410,5 @@ TEST_CASE("cache: with on_provider_error bypass a failing get runs the step unca
   CHECK(failed[0].details["operation"] == "get");
   CHECK(events.count("route:cache:stored") == 0);  // nothing stored while the store is away
 }
+
+}  // namespace cache_test

@@ -11,6 +11,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace call_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::rc_error;
@@ -276,3 +278,5 @@ TEST_CASE("real time: request_sync from main waits for the context's thread to r
   ctx.drain();
   CHECK_FALSE(ctx.stop().forced);
 }
+
+}  // namespace call_test

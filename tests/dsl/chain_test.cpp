@@ -10,6 +10,8 @@
 #include "support/dsl_support.hpp"
 #include "support/slow_work.hpp"
 
+namespace chain_test {
+
 using namespace std::chrono_literals;
 using rc::test::arrivals;
 using rc::test::event_recorder;
@@ -133,3 +135,5 @@ TEST_CASE("the route error handler sees a gate refusal (RC5013) and a route time
   CHECK(work->cut_short == 1);
   CHECK(out.count() == 0);
 }
+
+}  // namespace chain_test

@@ -11,6 +11,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace choice_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::in_ms;
@@ -360,3 +362,5 @@ TEST_CASE("stop() waits for multicast branches in flight: no clone is lost") {
   CHECK(events.count("route:exchange:failed") == 0);
   CHECK(events.count("route:exchange:dropped") == 0);
 }
+
+}  // namespace choice_test

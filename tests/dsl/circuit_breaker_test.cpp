@@ -8,6 +8,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace circuit_breaker_test {
+
 using namespace std::chrono_literals;
 using rc::test::arrivals;
 using rc::test::event_recorder;
@@ -400,3 +402,5 @@ TEST_CASE("circuit_breaker: several worker threads share one breaker consistentl
   CHECK(events.count("route:exchange:failed") == 2000);
   CHECK(static_cast<int>(events.count("route:circuitBreaker:rejected")) == 2000 - calls.load());
 }
+
+}  // namespace circuit_breaker_test

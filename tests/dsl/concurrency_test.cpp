@@ -12,6 +12,8 @@
 #include "support/slow_work.hpp"
 #include "support/traffic.hpp"
 
+namespace concurrency_test {
+
 using namespace std::chrono_literals;
 using rc::test::burst;
 using rc::test::event_recorder;
@@ -468,3 +470,5 @@ TEST_CASE("reject mode around a synchronous step takes and releases a slot for e
   CHECK(events.count("route:concurrency:rejected") == 0);
   CHECK(events.named("route:concurrency:acquired").at(0).details["stepLabel"] == "transform");
 }
+
+}  // namespace concurrency_test

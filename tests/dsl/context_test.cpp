@@ -13,6 +13,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace context_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::in_ms;
@@ -503,3 +505,5 @@ TEST_CASE("a finite source's run is counted in flight from the step it waits at,
   CHECK(names.back() == "route:stopped");
   CHECK(events.count("route:exchange:completed") == 3);
 }
+
+}  // namespace context_test

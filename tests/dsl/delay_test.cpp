@@ -6,6 +6,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace delay_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::in_ms;
@@ -93,3 +95,5 @@ TEST_CASE("a negative delay is RC5003 naming delay") {
 TEST_CASE("delay before from() is RC2001: delay has no route scope") {
   CHECK_THROWS_MATCHES(rc::craft().id("d").delay(10ms), rc::error, rc_error(rc::errc::invalid_dsl, "delay()"));
 }
+
+}  // namespace delay_test

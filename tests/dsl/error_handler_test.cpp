@@ -6,6 +6,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace error_handler_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::rc_error;
@@ -464,3 +466,5 @@ TEST_CASE("error: a recovery body of another type than the step produces is RC50
   }
   CHECK(events.count("route:error-handler:failed") == 2);
 }
+
+}  // namespace error_handler_test

@@ -9,6 +9,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace events_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::rc_error;
@@ -324,3 +326,5 @@ TEST_CASE("the payload envelope is {ts, contextId, details, _event} with an ISO-
   // Virtual time renders from the engine epoch: the second exchange completes at 500 ms.
   CHECK(completed.all().back().envelope["ts"] == "1970-01-01T00:00:00.500Z");
 }
+
+}  // namespace events_test

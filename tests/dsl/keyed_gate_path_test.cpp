@@ -8,6 +8,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace keyed_gate_path_test {
+
 using namespace std::chrono_literals;
 using rc::test::in_ms;
 
@@ -34,3 +36,5 @@ TEST_CASE("a keyed throttle calls its key selector once per exchange, paced or n
   CHECK(out.bodies() == std::vector<int>{0, 1, 2, 3, 4, 5});
   CHECK(in_ms(out.times()) == std::vector<double>{0, 0, 200, 200, 400, 400});
 }
+
+}  // namespace keyed_gate_path_test

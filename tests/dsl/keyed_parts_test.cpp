@@ -17,6 +17,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace keyed_parts_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -244,3 +246,5 @@ TEST_CASE("with 2 threads, keys beyond a split table evict idle ones or wait in 
   CHECK(s.routes[0].gates[0].passed == static_cast<std::uint64_t>(n));
   CHECK(s.routes[0].gates[0].rejected == 0);
 }
+
+}  // namespace keyed_parts_test

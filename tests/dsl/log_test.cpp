@@ -13,6 +13,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace log_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 
@@ -197,3 +199,5 @@ TEST_CASE("set_log_sink(nullptr) puts the default logger back, and log_sink() na
   CHECK(rc::log_enabled(rc::log_level::info));
   CHECK_FALSE(rc::log_enabled(rc::log_level::debug));
 }
+
+}  // namespace log_test

@@ -10,6 +10,8 @@
 
 #include "support/prometheus_check.hpp"
 
+namespace metrics_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -171,3 +173,5 @@ TEST_CASE("metrics: the Prometheus text is valid, and label values are escaped")
   CHECK(p.get("rc_route_exchanges_in_flight{route=\"paced\"}") == 0);
   CHECK(p.get("rc_ready") == 1);
 }
+
+}  // namespace metrics_test

@@ -9,6 +9,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace ops_async_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::in_ms;
@@ -488,3 +490,5 @@ TEST_CASE("sleep: a coroutine sleeping when the context stops is woken as cancel
   REQUIRE(results.size() == 1);
   CHECK(results[0] == rc::wait_result::cancelled);
 }
+
+}  // namespace ops_async_test

@@ -7,6 +7,8 @@
 
 #include "support/traffic.hpp"
 
+namespace rate_limit_test {
+
 using namespace std::chrono_literals;
 using rc::rate_limit_headers;
 using rc::test::burst;
@@ -859,3 +861,5 @@ TEST_CASE("the overflow sketch keeps a flood's memory within the table's bound p
   CHECK(stats.memory_bytes - stats.overflow_bytes <= 10'000 * 256);
   CHECK(stats.memory_bytes <= 10'000 * 256 + sketch_bytes);
 }
+
+}  // namespace rate_limit_test

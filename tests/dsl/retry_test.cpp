@@ -8,6 +8,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace retry_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::in_ms;
@@ -364,3 +366,5 @@ TEST_CASE("a step retry around a reject-mode throttle waits for the throttle's r
   CHECK(in_ms(out.times()) == std::vector<double>{0, 1000});
   CHECK(backoffs(events) == std::vector<double>{1000});
 }
+
+}  // namespace retry_test

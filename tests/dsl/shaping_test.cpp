@@ -10,6 +10,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace shaping_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::in_ms;
@@ -438,3 +440,5 @@ TEST_CASE("batch: a step-scope wrapper after batch() wraps a step of the batch's
   CHECK(attempts[0].details["gateId"] == "retry#1");
   CHECK(events.count("route:exchange:completed") == 3);
 }
+
+}  // namespace shaping_test

@@ -4,6 +4,8 @@
 
 #include "support/traffic.hpp"
 
+namespace slow_down_test {
+
 using namespace std::chrono_literals;
 using rc::test::burst;
 using rc::test::request;
@@ -433,3 +435,5 @@ TEST_CASE("keys beyond max_keys are forgotten once idle, or counted in the overf
     CHECK(r.log[1'205].answered == 3s);  // hit 5: 2 s, clamped by max_delay 1 s
   }
 }
+
+}  // namespace slow_down_test

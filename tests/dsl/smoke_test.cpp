@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 #include <rc/rc.hpp>
 
+namespace smoke_test {
+
 using namespace std::chrono_literals;
 
 TEST_CASE("25 exchanges at once through rate 10/s burst 10: ten at 0 ms, then one every 100 ms") {
@@ -17,3 +19,5 @@ TEST_CASE("25 exchanges at once through rate 10/s burst 10: ten at 0 ms, then on
   for (int i = 10; i < 25; ++i) CHECK(times[i] == std::chrono::milliseconds(100 * (i - 9)));
   ctx.stop();
 }
+
+}  // namespace smoke_test

@@ -14,6 +14,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace split_test {
+
 using namespace std::chrono_literals;
 using rc::test::event_recorder;
 using rc::test::in_ms;
@@ -395,3 +397,5 @@ TEST_CASE("a route-scope timeout covers the whole split: its deadline reaches th
   CHECK(failed.back().details["error"]["code"] == "RC5011");  // the parent
   CHECK(in_ms({failed.back().at.time_since_epoch()}) == std::vector<double>{150});
 }
+
+}  // namespace split_test

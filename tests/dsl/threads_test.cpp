@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+namespace threads_test {
+
 namespace {
 
 std::vector<int> iota_values(int n) {
@@ -164,3 +166,5 @@ TEST_CASE("with 2 threads, stop() ends simple() between chunks and no exchange r
   CHECK(seen.size() < static_cast<std::size_t>(n));  // 200,000 x 2 us: stop() came long before the end
   CHECK(std::set<int>(seen.begin(), seen.end()).size() == seen.size());
 }
+
+}  // namespace threads_test

@@ -12,6 +12,8 @@
 #include "support/dsl_support.hpp"
 #include "support/traffic.hpp"
 
+namespace throttle_test {
+
 using namespace std::chrono_literals;
 using rc::test::burst;
 using rc::test::event_recorder;
@@ -831,3 +833,5 @@ TEST_CASE("throttle accepts the boundaries: max_keys 1 and 1,000,000, a fraction
   CHECK_NOTHROW(rc::craft().throttle({.rate = 5, .max_keys = 1'000'000}));
   CHECK_NOTHROW(rc::craft().throttle({.rate = 0.001, .burst = 0.5}));
 }
+
+}  // namespace throttle_test

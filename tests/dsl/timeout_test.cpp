@@ -12,6 +12,8 @@
 #include "support/slow_work.hpp"
 #include "support/traffic.hpp"
 
+namespace timeout_test {
+
 using namespace std::chrono_literals;
 using rc::test::burst;
 using rc::test::event_recorder;
@@ -473,3 +475,5 @@ TEST_CASE("on the real clock a deadline cuts a delay short and a slow synchronou
   REQUIRE(failures.size() == 2);
   for (const auto& f : failures) CHECK(f.details["error"]["code"] == "RC5011");
 }
+
+}  // namespace timeout_test

@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 #include <rc/gates/breaker.hpp>
 
+namespace breaker_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -121,3 +123,5 @@ TEST_CASE("breaker: idle only when closed with no failure left in the window") {
   fail_at(b, 63s);
   CHECK_FALSE(b.idle(at(500s), params));  // open: never idle
 }
+
+}  // namespace breaker_test

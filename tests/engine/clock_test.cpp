@@ -8,6 +8,8 @@
 
 #include "rc/task.hpp"
 
+namespace clock_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -85,3 +87,5 @@ TEST_CASE("rescheduling a wait that a signal already ended leaves it alone") {
   done.fire();
   CHECK(clock.pending() == 0);
 }
+
+}  // namespace clock_test

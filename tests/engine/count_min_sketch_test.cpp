@@ -9,6 +9,8 @@
 #include <random>
 #include <string>
 
+namespace count_min_sketch_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -161,3 +163,5 @@ TEST_CASE("sketch window, sliding: previous + current period, never below the tr
     CHECK(exact > 0);
   }
 }
+
+}  // namespace count_min_sketch_test

@@ -6,6 +6,8 @@
 #include "rc/clock.hpp"
 #include "rc/task.hpp"
 
+namespace deadline_scope_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -130,3 +132,5 @@ TEST_CASE("callbacks registered on a deadline run when it fires") {
   run_to(clock, at(10ms));
   CHECK(calls == 1);
 }
+
+}  // namespace deadline_scope_test

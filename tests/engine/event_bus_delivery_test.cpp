@@ -11,6 +11,8 @@
 
 #include "rc/events.hpp"
 
+namespace event_bus_delivery_test {
+
 namespace {
 
 rc::event_id ping_id() {
@@ -174,3 +176,5 @@ TEST_CASE("a handler unsubscribed while another thread is inside a delivery goes
   CHECK(late_calls.load() == 1);  // that delivery still called it, alive
   CHECK(alive.load() == 0);       // and freed it as it left
 }
+
+}  // namespace event_bus_delivery_test

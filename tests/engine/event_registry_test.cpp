@@ -6,6 +6,8 @@
 #include "rc/error.hpp"
 #include "rc/events.hpp"
 
+namespace event_registry_test {
+
 TEST_CASE("a registered component event gets one id past the table, found by name and subscribable") {
   const rc::event_id id = rc::register_event("plugin:test:thing-happened");
   CHECK(static_cast<std::size_t>(id) >= rc::builtin_event_count);
@@ -34,3 +36,5 @@ TEST_CASE("an unregistered name stays RC2001 and a pattern cannot be registered"
   CHECK_THROWS_AS(rc::register_event("plugin:*"), rc::error);
   CHECK_THROWS_AS(rc::register_event(""), rc::error);
 }
+
+}  // namespace event_registry_test

@@ -13,6 +13,8 @@
 
 #include "rc/gates/token_bucket.hpp"
 
+namespace keyed_lru_test {
+
 namespace {
 
 // The shape a keyed throttle stores per key: 16 bytes.
@@ -495,3 +497,5 @@ TEST_CASE("a key's hash depends on every byte and on the length, and spreads key
   CHECK(*std::min_element(low.begin(), low.end()) >= 2);
   CHECK(*std::min_element(high.begin(), high.end()) >= 2);
 }
+
+}  // namespace keyed_lru_test

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdint>
 
+namespace limiters_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -208,3 +210,5 @@ TEST_CASE("rate_limit limiter: limit 0 refuses everything until the reset") {
   CHECK(d.refused());
   CHECK(d.wait == 30s);
 }
+
+}  // namespace limiters_test

@@ -5,6 +5,8 @@
 #include <rc/wrappers/cache.hpp>
 #include <string>
 
+namespace memory_cache_provider_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -76,3 +78,5 @@ TEST_CASE("memory cache: a body that cannot be copied is refused with RC5003 and
   }
   CHECK(p.size() == 0);
 }
+
+}  // namespace memory_cache_provider_test

@@ -6,6 +6,8 @@
 #include <random>
 #include <vector>
 
+namespace token_bucket_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -286,3 +288,5 @@ TEST_CASE("a head admitted a whole interval or more late moves the queue by the 
   CHECK(bucket.admit_head(at(6ms), 4, p) == 1);
   CHECK(bucket.head_wait(at(6ms), 3, p) == 1ms);
 }
+
+}  // namespace token_bucket_test

@@ -6,6 +6,8 @@
 
 #include "rc/events.hpp"
 
+namespace typed_events_test {
+
 namespace {
 
 // A payload that counts how often it is rendered.
@@ -123,3 +125,5 @@ TEST_CASE("a handler unsubscribing itself during delivery is not called again an
   CHECK(first == 1);
   CHECK(second == 3);
 }
+
+}  // namespace typed_events_test

@@ -8,6 +8,8 @@
 #include <type_traits>
 #include <vector>
 
+namespace window_counter_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -284,3 +286,5 @@ TEST_CASE("window counters stay small and plain whatever the traffic") {
   CHECK(window.hits(now) >= 10'000);
   CHECK(window.hits(now) <= 10'000 + 3'334);
 }
+
+}  // namespace window_counter_test

@@ -10,6 +10,8 @@
 
 #include "support/dsl_support.hpp"
 
+namespace testing_test {
+
 using namespace std::chrono_literals;
 using Catch::Matchers::Contains;
 using rc::test::in_ms;
@@ -407,3 +409,5 @@ TEST_CASE("override applies to routes added after it, others keep their endpoint
   CHECK(before.bodies() == std::vector<int>{1});
   CHECK(replaced.bodies() == std::vector<int>{2});
 }
+
+}  // namespace testing_test

@@ -12,6 +12,8 @@
 #include "support/dsl_support.hpp"
 #include "support/redis_server.hpp"
 
+namespace redis_cache_test {
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -144,3 +146,5 @@ TEST_CASE("redis_cache: Redis down reports cache:failed, the route still runs wi
   }
   CHECK(ops == std::vector<std::string>{"get", "get", "get"});
 }
+
+}  // namespace redis_cache_test

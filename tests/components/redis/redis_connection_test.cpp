@@ -12,6 +12,8 @@
 #include "rc/redis.hpp"
 #include "support/redis_server.hpp"
 
+namespace redis_connection_test {
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -204,3 +206,5 @@ TEST_CASE("redis connection: close fails what is pending and later commands", "[
   server.resume();
   c.reset();
 }
+
+}  // namespace redis_connection_test

@@ -18,6 +18,8 @@
 #include "support/dsl_support.hpp"
 #include "support/redis_server.hpp"
 
+namespace redis_store_batch_test {
+
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
@@ -413,3 +415,5 @@ TEST_CASE("redis store batch: a decision the server refuses fails alone, the oth
   REQUIRE(next[0].answer);
   CHECK(next[0].answer->hits == 3);
 }
+
+}  // namespace redis_store_batch_test

@@ -21,6 +21,8 @@
 #include "support/redis_server.hpp"
 #include "support/temp_dir.hpp"
 
+namespace redis_store_test {
+
 using namespace std::chrono_literals;
 using rc::test::flood_config;
 using rc::test::flood_result;
@@ -298,3 +300,5 @@ TEST_CASE("redis store: a server that stops answering costs each exchange at mos
   CHECK(r.longest_exchange_ns >= (cfg.timeout_ms - 5) * 1'000'000);
   CHECK(r.longest_exchange_ns < (cfg.timeout_ms + 150) * 1'000'000);
 }
+
+}  // namespace redis_store_test

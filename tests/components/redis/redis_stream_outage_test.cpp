@@ -21,6 +21,8 @@
 #include "support/dsl_support.hpp"
 #include "support/redis_server.hpp"
 
+namespace redis_stream_outage_test {
+
 using namespace std::chrono_literals;
 namespace hdr = rc::redis_stream_headers;
 using steady = std::chrono::steady_clock;
@@ -203,3 +205,5 @@ TEST_CASE("redis_stream: the destination's fields option writes exactly the fiel
   CHECK(read[2].first == "bb");
   CHECK(read[2].second[std::string(hdr::field_prefix) + "sku"] == "sku-b");
 }
+
+}  // namespace redis_stream_outage_test

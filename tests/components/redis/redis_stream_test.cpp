@@ -27,6 +27,8 @@
 #include "support/dsl_support.hpp"
 #include "support/redis_server.hpp"
 
+namespace redis_stream_test {
+
 using namespace std::chrono_literals;
 namespace hdr = rc::redis_stream_headers;
 
@@ -392,3 +394,5 @@ TEST_CASE("redis_stream: 10,000 entries, three consumers, one killed mid-batch: 
   CHECK(sa.claimed + sb.claimed >= held);
   CHECK(redis.integer({"EXISTS", "jobs:dead"}) == 0);
 }
+
+}  // namespace redis_stream_test
