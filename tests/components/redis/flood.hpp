@@ -38,6 +38,12 @@ inline std::int64_t mono_ns() {
   return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+inline std::int64_t real_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
 struct flood_config {
   std::uint16_t port = 0;
   std::string gate = "throttle";  // throttle | rate_limit

@@ -4,9 +4,10 @@
 //
 // Two clocks are checked. The store's (admitAtUs: the server's TIME when it decided, plus the
 // reserved wait) must hold the bound exactly: it is what the store guarantees. The admissions as
-// the instances see them (CLOCK_MONOTONIC when the gate lets the exchange go) lag the store's
-// decision by a reply's trip, which varies; they hold the bound up to rate x that variation,
-// which the tests allow as `jitter_slack` (docs/redis.md, "What is guaranteed").
+// the instances see them (CLOCK_MONOTONIC when the gate lets the exchange go) come a reply's trip
+// after the store's instant, never before it; the trip varies with the machine's load, so they
+// hold the bound only up to rate x that variation (docs/redis.md, "What is guaranteed"). The
+// shared-throttle tests check the never-before; the others allow `jitter_slack`.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -75,6 +76,19 @@ flood_result run_two_processes(flood_config cfg) {
   return r;
 }
 
+// How long after the store's instant for it each admission reached the instance's event handler
+// (ms): a reply's trip, plus the wait's timer and the event's dispatch. The server's TIME is this
+// machine's CLOCK_REALTIME; the instances' times are CLOCK_MONOTONIC.
+std::vector<double> lateness_ms(const flood_result& r) {
+  const std::int64_t real_minus_mono = rc::test::real_ns() - mono_ns();
+  std::vector<double> late;
+  late.reserve(r.admitted_ns.size());
+  for (std::size_t i = 0; i < r.admitted_ns.size(); ++i)
+    late.push_back(static_cast<double>(r.admitted_ns[i] + real_minus_mono - r.admit_at_us[i] * 1000) / 1e6);
+  std::sort(late.begin(), late.end());
+  return late;
+}
+
 void check_shared_throttle(const flood_result& r, const flood_config& cfg) {
   const double seconds = static_cast<double>(cfg.run_ms) / 1000.0;
   INFO("exchanges " << r.exchanges << ", admitted " << r.admitted_ns.size() << ", rejected " << r.rejected);
@@ -84,9 +98,17 @@ void check_shared_throttle(const flood_result& r, const flood_config& cfg) {
   CHECK(static_cast<double>(r.admitted_ns.size()) > 0.8 * cfg.rate * seconds);
   const double store_excess = max_excess(seconds_of_us(r.admit_at_us), cfg.rate, cfg.burst);
   const double local_excess = max_excess(seconds_of_ns(r.admitted_ns), cfg.rate, cfg.burst);
-  INFO("excess over burst + rate * t: store clock " << store_excess << ", instances' clock " << local_excess);
+  const std::vector<double> late = lateness_ms(r);
+  REQUIRE(!late.empty());
+  INFO("excess over burst + rate * t: store clock "
+       << store_excess << ", instances' clock " << local_excess << "; instances' lateness after the store's instant: "
+       << late.front() << " to " << late.back() << " ms, median " << late[late.size() / 2] << " ms");
   CHECK(store_excess <= 1e-3);
-  CHECK(local_excess <= jitter_slack);
+  // No instance lets an exchange go before its instant (2 ms: the offset between the two clocks is
+  // read after the run, and a slewing CLOCK_REALTIME drifts up to 0.5 ms a second). How late it
+  // comes is the machine's: a stall of d ms on a loaded machine shows as up to rate x d admissions
+  // over the bound on the instances' clock, which is not the store's to hold.
+  CHECK(late.front() >= -2.0);
 }
 
 }  // namespace
