@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -44,7 +45,7 @@ void sleep_ticks(int core, std::int64_t first, std::int64_t interval, std::vecto
   for (std::size_t i = 0; i < late.size(); ++i) {
     const std::int64_t due = first + static_cast<std::int64_t>(i) * interval;
     const timespec t{static_cast<time_t>(due / 1'000'000'000), static_cast<long>(due % 1'000'000'000)};
-    while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, nullptr) != 0) {
+    while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, nullptr) == EINTR) {
     }
     late[i] = monotonic_ns() - due;
   }
