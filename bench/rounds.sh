@@ -10,7 +10,8 @@
 # time per exchange over throttle_open's, two threads over one, and every further BUILD_DIR over
 # the first (to compare two builds of the code, e.g. -DRC_UNITY_BUILD=OFF against ON).
 #
-# RC_ROUNDS sets the rounds (default 3). RC_PACING=N adds N runs of the pacing scenario (real time,
+# RC_ROUNDS sets the rounds (default 3); RC_N=N runs every scenario with --n N (default: each
+# scenario's own, which the README's figures use). RC_PACING=N adds N runs of the pacing scenario (real time,
 # about 3 s each) with the first BUILD_DIR after the rounds, and prints each run's p99 lateness,
 # its most admitted in a 1 s window and the bare OS timer's p99 lateness beside it.
 # RC_PEER=COMMAND runs COMMAND at the start of every round with the peer's scenario names as
@@ -26,6 +27,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 rounds="${RC_ROUNDS:-3}"
 pacing="${RC_PACING:-0}"
+n_args=()
+[[ -z "${RC_N:-}" ]] || n_args=(--n "$RC_N")
 builds=("$@")
 [[ ${#builds[@]} -gt 0 ]] || builds=(build)
 for i in "${!builds[@]}"; do
@@ -44,11 +47,14 @@ command -v python3 >/dev/null || { echo "rounds: python3 is not installed" >&2; 
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
 
-# per_second BUILD ARGS...: one rc-bench run's per_second, rounded.
-per_second() {
-  local b="$1"
-  shift
-  "$b/bench/rc-bench" "$@" | python3 -c 'import json, sys; print(round(json.load(sys.stdin)["per_second"]))'
+# measure LINE_PREFIX BUILD ARGS...: one rc-bench run; prints "LINE_PREFIX per_second" (rounded;
+# rc-bench prints its JSON on one line). Stops the script when the run fails or prints none.
+measure() {
+  local prefix="$1" b="$2" v
+  shift 2
+  v="$("$b/bench/rc-bench" "$@" "${n_args[@]}" | sed -n 's/.*"per_second":\([-+.0-9eE]*\).*/\1/p')"
+  [[ -n "$v" ]] || { echo "rounds: rc-bench $* printed no per_second" >&2; exit 1; }
+  awk -v p="$prefix" -v v="$v" 'BEGIN { printf "%s %.0f\n", p, v }'
 }
 
 # Builds are labelled B1, B2, ... in the order given.
@@ -60,13 +66,13 @@ for ((r = 1; r <= rounds; ++r)); do
   fi
   for i in "${!builds[@]}"; do
     b="${builds[$i]}"
-    tag="B$((i + 1))"
+    tag="R$r B$((i + 1))"
     for sc in plain_seq plain_burst throttle_open keys events; do
-      echo "R$r $tag $sc $(per_second "$b" --scenario "$sc")"
+      measure "$tag $sc" "$b" --scenario "$sc"
     done
-    echo "R$r $tag plain_burst@2 $(per_second "$b" --scenario plain_burst --threads 2)"
-    echo "R$r $tag keys_burst@1 $(per_second "$b" --scenario keys_burst --threads 1)"
-    echo "R$r $tag keys_burst@2 $(per_second "$b" --scenario keys_burst --threads 2)"
+    measure "$tag plain_burst@2" "$b" --scenario plain_burst --threads 2
+    measure "$tag keys_burst@1" "$b" --scenario keys_burst --threads 1
+    measure "$tag keys_burst@2" "$b" --scenario keys_burst --threads 2
   done
 done | tee "$out"
 
