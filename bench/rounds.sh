@@ -11,9 +11,9 @@
 # the first (to compare two builds of the code, e.g. -DRC_UNITY_BUILD=OFF against ON).
 #
 # RC_ROUNDS sets the rounds (default 3); RC_N=N runs every scenario with --n N (default: each
-# scenario's own, which the README's figures use). RC_PACING=N adds N runs of the pacing scenario (real time,
-# about 3 s each) with the first BUILD_DIR after the rounds, and prints each run's p99 lateness,
-# its most admitted in a 1 s window and the bare OS timer's p99 lateness beside it.
+# scenario's own, which the README's figures use). RC_PACING=N adds N runs of the pacing scenario
+# (real time, about 3 s each) with the first BUILD_DIR after the rounds, and prints each run's p99
+# lateness, its most admitted in a 1 s window and the bare OS timer's p99 lateness beside it.
 # RC_PEER=COMMAND runs COMMAND at the start of every round with the peer's scenario names as
 # arguments: a-seq a-burst b-step-seq f-keyed-seq g-events-seq (the TypeScript original's names for
 # plain_seq, plain_burst, throttle_open, keys and events). COMMAND must print one "name
@@ -76,7 +76,7 @@ for ((r = 1; r <= rounds; ++r)); do
   done
 done | tee "$out"
 
-echo "# $rounds round(s) from $(date -u '+%Y-%m-%d %H:%M UTC'); builds:"
+echo "# $rounds round(s), ended $(date -u '+%Y-%m-%d %H:%M UTC'); builds:"
 for i in "${!builds[@]}"; do echo "#   B$((i + 1)) ${builds[$i]}"; done
 python3 - "$out" <<'EOF'
 import collections, statistics, sys
