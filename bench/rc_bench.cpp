@@ -36,8 +36,6 @@
 //   dedupe         plain_seq through dedupe (default key, every body distinct, max_keys 100,000)
 //   batch          plain_seq through batch({.size = 100}) to a function counting the items
 #include <sys/resource.h>
-#include <sys/timerfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -58,6 +56,8 @@
 #include <thread>
 #include <utility>
 #include <vector>
+
+#include "timer_lateness.hpp"
 
 namespace {
 
@@ -428,35 +428,15 @@ result delay0(const run_config& c) {
 // ---- pacing: real-time accuracy of a throttle ---------------------------------------------------
 
 /// The machine's floor: how late a bare timerfd wakes a sleeping thread for `slots` absolute
-/// deadlines 1 ms apart (what Asio's reactor waits on), sorted, in microseconds. No engine code.
+/// deadlines 1 ms apart, sorted, in microseconds. No engine code.
 std::vector<double> os_timer_lateness_us(int slots) {
-  std::vector<double> late;
-  const int fd = timerfd_create(CLOCK_MONOTONIC, 0);
-  if (fd < 0) return late;
-  timespec t0{};
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  const auto ns = [](const timespec& t) { return static_cast<long long>(t.tv_sec) * 1'000'000'000LL + t.tv_nsec; };
-  for (int k = 1; k <= slots; ++k) {
-    const long long due = ns(t0) + k * 1'000'000LL;
-    itimerspec spec{};
-    spec.it_value = {static_cast<time_t>(due / 1'000'000'000LL), static_cast<long>(due % 1'000'000'000LL)};
-    timerfd_settime(fd, TFD_TIMER_ABSTIME, &spec, nullptr);
-    std::uint64_t expirations = 0;
-    if (read(fd, &expirations, sizeof expirations) != static_cast<ssize_t>(sizeof expirations)) break;
-    timespec now{};
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    late.push_back(static_cast<double>(ns(now) - due) / 1e3);
-  }
-  close(fd);
+  std::vector<double> late =
+      bench::timer_lateness_us(bench::monotonic_ns() + 1'000'000, 1'000'000, static_cast<std::size_t>(slots));
   std::sort(late.begin(), late.end());
   return late;
 }
 
-/// Nearest-rank percentile of sorted values.
-double percentile(const std::vector<double>& sorted, double p) {
-  const auto i = static_cast<std::size_t>(std::ceil(p * static_cast<double>(sorted.size())));
-  return sorted[std::min(i == 0 ? 0 : i - 1, sorted.size() - 1)];
-}
+using bench::percentile;
 
 result pacing(const run_config& c) {
   const std::vector<double> floor_us = os_timer_lateness_us(1000);

@@ -1,5 +1,5 @@
 // timer-probe: how late the OS wakes a sleeping thread, on each of two cores and at the earlier of
-// the two. Two threads, pinned to cores 0 and 1, each sleep to the same absolute ticks
+// the two. Two threads, pinned to cores 0 and 1, each wait on a timerfd for the same absolute ticks
 // (CLOCK_MONOTONIC, one every --interval-us, --ticks of them) and record how late they woke; the
 // figures show whether the machine's late wake-ups stall one core at a time (the earlier of two
 // is then seldom late) or the whole machine (both late together).
@@ -11,10 +11,8 @@
 // exits 77 on a machine with one core.
 #include <pthread.h>
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,38 +23,23 @@
 #include <thread>
 #include <vector>
 
+#include "timer_lateness.hpp"
+
 namespace {
 
-std::int64_t to_ns(const timespec& t) { return std::int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; }
-
-std::int64_t monotonic_ns() {
-  timespec t{};
-  ::clock_gettime(CLOCK_MONOTONIC, &t);
-  return to_ns(t);
-}
-
-// Sleeps to each tick in turn on `core` and fills `late` with how late (ns) it woke for each.
-void sleep_ticks(int core, std::int64_t first, std::int64_t interval, std::vector<std::int64_t>& late) {
+// Pins the calling thread to `core`, then waits out every tick (bench::timer_lateness_us) into `late`.
+void wait_ticks(int core, std::int64_t first, std::int64_t interval, std::size_t ticks, std::vector<double>& late) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(core, &set);
   if (::pthread_setaffinity_np(::pthread_self(), sizeof set, &set) != 0)
     std::fprintf(stderr, "timer-probe: could not pin a thread to core %d\n", core);
-  for (std::size_t i = 0; i < late.size(); ++i) {
-    const std::int64_t due = first + static_cast<std::int64_t>(i) * interval;
-    const timespec t{static_cast<time_t>(due / 1'000'000'000), static_cast<long>(due % 1'000'000'000)};
-    while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, nullptr) == EINTR) {
-    }
-    late[i] = monotonic_ns() - due;
-  }
+  late = bench::timer_lateness_us(first, interval, ticks);
 }
 
-nlohmann::json summary(std::vector<std::int64_t> late) {
+nlohmann::json summary(std::vector<double> late) {
   std::sort(late.begin(), late.end());
-  const auto at = [&](double q) {
-    return late[static_cast<std::size_t>(q * static_cast<double>(late.size() - 1))] / 1e3;
-  };
-  return {{"p50_us", at(0.5)}, {"p99_us", at(0.99)}, {"max_us", late.back() / 1e3}};
+  return {{"p50_us", bench::percentile(late, 0.5)}, {"p99_us", bench::percentile(late, 0.99)}, {"max_us", late.back()}};
 }
 
 std::int64_t count_arg(std::string_view name, const char* value) {
@@ -90,18 +73,23 @@ int main(int argc, char** argv) {
     return 77;  // ctest's "skipped" for its smoke test (SKIP_RETURN_CODE)
   }
   const std::int64_t interval = interval_us * 1000;
-  const std::int64_t first = monotonic_ns() + 10'000'000;  // both threads started and pinned by then
-  std::vector<std::int64_t> late0(static_cast<std::size_t>(ticks)), late1(late0.size());
-  std::thread a(sleep_ticks, 0, first, interval, std::ref(late0));
-  std::thread b(sleep_ticks, 1, first, interval, std::ref(late1));
+  const std::int64_t first = bench::monotonic_ns() + 10'000'000;  // both threads started and pinned by then
+  const auto n = static_cast<std::size_t>(ticks);
+  std::vector<double> late0, late1;
+  std::thread a(wait_ticks, 0, first, interval, n, std::ref(late0));
+  std::thread b(wait_ticks, 1, first, interval, n, std::ref(late1));
   a.join();
   b.join();
+  if (late0.size() != n || late1.size() != n) {
+    std::fprintf(stderr, "timer-probe: a timerfd could not be made or read\n");
+    return 1;
+  }
 
-  std::vector<std::int64_t> earlier(late0.size());
+  std::vector<double> earlier(n);
   std::size_t both_late = 0;
-  for (std::size_t i = 0; i < late0.size(); ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     earlier[i] = std::min(late0[i], late1[i]);
-    both_late += late0[i] > 200'000 && late1[i] > 200'000;
+    both_late += late0[i] > 200 && late1[i] > 200;
   }
   const nlohmann::json out = {
       {"ticks", ticks},          {"interval_us", interval_us},         {"core0", summary(late0)},
