@@ -16,6 +16,7 @@
 #include "rc/error.hpp"
 #include "rc/gates/spin_mutex.hpp"
 #include "rc/options.hpp"
+#include "rc/timer_race.hpp"
 
 namespace asio = boost::asio;
 
@@ -26,14 +27,20 @@ namespace {
 constexpr duration max_timer_lead = std::chrono::milliseconds(10);
 
 // The real clock: steady_clock, re-based to the context's creation so engine times stay small.
-// One asio timer is armed for the earliest pending wait; the heap does the rest.
+// One asio timer is armed for the earliest pending wait; the heap does the rest. With
+// context_options::timer_race, helper threads on every core race that timer (rc/timer_race.hpp):
+// whichever wakes first while the wait is still armed takes it up.
 class steady_scheduler final : public scheduler {
  public:
-  steady_scheduler(asio::io_context& io, duration lead)
+  steady_scheduler(asio::io_context& io, duration lead, bool race)
       : epoch_(std::chrono::steady_clock::now()), lead_(lead), timer_(io) {
     timespec res{};
     if (::clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0)
       coarse_resolution_ = std::chrono::seconds(res.tv_sec) + std::chrono::nanoseconds(res.tv_nsec);
+    if (race) {
+      race_ = std::make_unique<detail::timer_race>([this, &io] { asio::post(io, [this] { race_won(); }); });
+      if (race_->helpers() == 0) race_.reset();
+    }
   }
 
   time_point now() const override {
@@ -59,6 +66,7 @@ class steady_scheduler final : public scheduler {
   }
 
   ~steady_scheduler() override {
+    race_.reset();  // no poke after this; one already posted is dropped with the io_context's queue
     std::lock_guard lock(mutex_);
     timer_.cancel();
   }
@@ -67,28 +75,49 @@ class steady_scheduler final : public scheduler {
   void earliest_changed(time_point due) override {  // mutex_ held
     if (due >= armed_) return;
     armed_ = due;
-    timer_.expires_at(epoch_ + (due - lead_).time_since_epoch());
+    const auto wake_at = epoch_ + (due - lead_).time_since_epoch();
+    timer_.expires_at(wake_at);
+    if (race_) race_->aim(wake_at);
     timer_.async_wait([this, due](const boost::system::error_code& ec) {
       if (ec == asio::error::operation_aborted) return;
       {
         std::lock_guard lock(mutex_);
         armed_ = time_point::max();
+        if (race_) race_->taken();
       }
-      // timer_lead: woken early on purpose; the rest of the way on the clock. A wait that came due
-      // earlier meanwhile armed a timer of its own and is fired with this one.
-      if (lead_ > duration::zero()) {
-        while (now() < due) detail::cpu_pause();
-      }
-      fire_due(now(), false);
+      fire_armed(due);
     });
   }
 
  private:
+  // A helper of the race woke first (or just after the timer): take up the armed wait if it is
+  // still armed and its wake-up time has come; else the timer took it up, or it was moved later.
+  void race_won() {
+    time_point due;
+    {
+      std::lock_guard lock(mutex_);
+      if (armed_ == time_point::max() || now() < armed_ - lead_) return;
+      due = armed_;
+      armed_ = time_point::max();  // the asio timer, if it still fires, finds nothing due
+    }
+    fire_armed(due);
+  }
+
+  void fire_armed(time_point due) {
+    // timer_lead: woken early on purpose; the rest of the way on the clock. A wait that came due
+    // earlier meanwhile armed a timer of its own and is fired with this one.
+    if (lead_ > duration::zero()) {
+      while (now() < due) detail::cpu_pause();
+    }
+    fire_due(now(), false);
+  }
+
   std::chrono::steady_clock::time_point epoch_;
   duration lead_;                                 // context_options::timer_lead
   duration coarse_resolution_ = duration::max();  // max: no coarse clock, coarse_now() is now()
   asio::steady_timer timer_;
   time_point armed_ = time_point::max();
+  std::unique_ptr<detail::timer_race> race_;  // context_options::timer_race, where it has helpers
 };
 
 std::string random_context_id() {
@@ -154,7 +183,7 @@ struct context::impl {
       manual = m.get();
       clock = std::move(m);
     } else {
-      clock = std::make_unique<steady_scheduler>(io, options.timer_lead);
+      clock = std::make_unique<steady_scheduler>(io, options.timer_lead, options.timer_race);
     }
     clock->set_executor([this](std::coroutine_handle<> h) { asio::post(io, [h] { h.resume(); }); });
     auto render = is_virtual ? std::function<std::string(time_point)>([this](time_point t) {

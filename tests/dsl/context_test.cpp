@@ -183,11 +183,13 @@ TEST_CASE("a timer_lead below zero or above 10 ms is RC5003 at construction") {
   CHECK_NOTHROW(rc::context(rc::context_options{.timer_lead = 10ms}));
 }
 
-TEST_CASE("with a timer_lead, a real-time throttle and delay still never run before their time") {
-  // The OS timer is set 2 ms early and the thread spins the rest: nothing may fire early. 20
-  // exchanges at 1000/s burst 1, each then waiting delay(1ms): about 25 ms of real time.
+namespace {
+
+// 20 exchanges at 1000/s burst 1, each then waiting delay(1ms), on a real-time context made with
+// `options` (about 25 ms of real time): all arrive, no admission before its slot, no delay short.
+void check_real_time_throttle_and_delay(const rc::context_options& options) {
   constexpr int n = 20;
-  rc::context ctx(rc::context_options{.timer_lead = 2ms});
+  rc::context ctx(options);
   rc::spy<int> paced;
   rc::spy<int> out;
   std::vector<int> values(n);
@@ -219,6 +221,23 @@ TEST_CASE("with a timer_lead, a real-time throttle and delay still never run bef
     REQUIRE(it != before.end());
     CHECK(r.at - it->at >= 1ms);
   }
+}
+
+}  // namespace
+
+TEST_CASE("with a timer_lead, a real-time throttle and delay still never run before their time") {
+  // The OS timer is set 2 ms early and the thread spins the rest: nothing may fire early.
+  check_real_time_throttle_and_delay(rc::context_options{.timer_lead = 2ms});
+}
+
+TEST_CASE("with timer_race, a real-time throttle and delay run every exchange and never before their time") {
+  // Helpers on every core wake the context's thread when its own timer is late; a wake-up that
+  // comes first must still not let a wait end early, nor one of the two wake-ups end two waits.
+  check_real_time_throttle_and_delay(rc::context_options{.timer_race = true});
+  // With a lead, the helpers aim at the early wake-up and the woken thread spins the rest.
+  check_real_time_throttle_and_delay(rc::context_options{.timer_lead = 2ms, .timer_race = true});
+  // On two threads either may take the wait up.
+  check_real_time_throttle_and_delay(rc::context_options{.threads = 2, .timer_race = true});
 }
 
 TEST_CASE("a context started and stopped in real time delivers its finite routes") {

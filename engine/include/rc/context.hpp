@@ -58,6 +58,14 @@ struct context_options {
   /// after its time). Costs up to timer_lead of a core per timer, and the woken thread runs
   /// nothing else meanwhile. 0 (the default): the OS timer alone. In [0, 10 ms] (RC5003 otherwise).
   duration timer_lead = duration::zero();
+  /// Real time only: helper threads, one pinned to each core the process may run on (at most
+  /// four), sleep until each timer falls due beside the context's own; the first awake while the
+  /// wait is still pending wakes the context's thread, which then runs on that core. On a VM whose
+  /// host pauses one core at a time, a throttle's slot or a delay's end is then met about as late
+  /// as the earlier of the cores' wake-ups rather than that of the one the thread slept on (README,
+  /// Benchmarks: pacing). Costs the helpers (asleep, at the lowest priority) and a few µs of the
+  /// context's thread per timer. No effect on one core or outside Linux. Off by default.
+  bool timer_race = false;
 };
 
 struct stop_result {

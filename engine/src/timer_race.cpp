@@ -1,0 +1,160 @@
+#include "rc/timer_race.hpp"
+
+#include <climits>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <ctime>
+#endif
+
+namespace rc::detail {
+
+namespace {
+
+#if defined(__linux__)
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "a futex word is 32 bits");
+
+std::uint32_t* futex_word(std::atomic<std::uint32_t>& a) noexcept { return reinterpret_cast<std::uint32_t*>(&a); }
+
+// Sleeps while `word` holds `seen`, until a wake or, when `until_ns` is not INT64_MAX, until that
+// CLOCK_MONOTONIC instant (steady_clock's clock here). The timeout is a timer of the calling
+// thread's core: that is the point of pinning the helpers.
+void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t seen, std::int64_t until_ns) noexcept {
+  timespec at{};
+  timespec* timeout = nullptr;
+  if (until_ns != INT64_MAX) {
+    at.tv_sec = static_cast<time_t>(until_ns / 1'000'000'000);
+    at.tv_nsec = static_cast<long>(until_ns % 1'000'000'000);
+    timeout = &at;
+  }
+  // Absolute timeout on CLOCK_MONOTONIC: FUTEX_WAIT_BITSET without FUTEX_CLOCK_REALTIME.
+  (void)::syscall(SYS_futex, futex_word(word), FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG, seen, timeout, nullptr,
+                  FUTEX_BITSET_MATCH_ANY);
+}
+#endif
+
+std::int64_t now_ns() noexcept {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(timer_race::clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+timer_race::timer_race(std::function<void()> poke, unsigned max_helpers) : poke_(std::move(poke)) {
+#if defined(__linux__)
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < max_helpers; ++cpu)
+    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+  if (cpus.size() < 2) return;  // one core: a helper would sleep on the same core's timer
+  sleeps_ = std::make_unique<sleep_slot[]>(cpus.size());
+  threads_.reserve(cpus.size());
+  for (std::size_t i = 0; i < cpus.size(); ++i) threads_.emplace_back([this, cpu = cpus[i], i] { run(cpu, i); });
+#else
+  (void)max_helpers;
+#endif
+}
+
+timer_race::~timer_race() {
+  stop_.store(true, std::memory_order_release);
+  wake_all();
+  for (auto& t : threads_) t.join();
+}
+
+void timer_race::aim(clock::time_point at) noexcept {
+  if (threads_.empty()) return;
+  const std::int64_t ns = at == clock::time_point::max()
+                              ? none
+                              : std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
+  target_ns_.store(ns, std::memory_order_seq_cst);
+  // A helper asleep until no later than the new instant wakes by itself and reads it then: only
+  // one asleep for longer, or until woken, needs the system call.
+  // Nothing aimed at: a helper wakes when it meant to and finds nothing.
+  if (ns == none) return;
+  for (std::size_t i = 0; i < threads_.size(); ++i) {
+    if (sleeps_[i].until.load(std::memory_order_seq_cst) > ns) {
+      wake_all();
+      return;
+    }
+  }
+}
+
+void timer_race::taken() noexcept {
+  // No wake: a helper asleep until the old instant wakes then, finds nothing aimed at and sleeps on.
+  if (!threads_.empty()) target_ns_.store(none, std::memory_order_release);
+}
+
+void timer_race::wake_all() noexcept {
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+#if defined(__linux__)
+  if (!threads_.empty())
+    (void)::syscall(SYS_futex, futex_word(generation_), FUTEX_WAKE | FUTEX_PRIVATE_FLAG, INT_MAX, nullptr, nullptr, 0);
+#endif
+}
+
+// Sleeps on the generation until `wake_at` (none: until woken), having said so in `until` for
+// aim() to read. False, without sleeping, when the target moved from `target` meanwhile: aim()
+// may have read the old `until` and left this helper asleep, so the caller looks again.
+bool timer_race::sleep(std::atomic<std::int64_t>& until, std::uint32_t seen, std::int64_t target,
+                       std::int64_t wake_at) noexcept {
+  // seq_cst on both sides: of this store-then-load and aim()'s store-then-load, at least one
+  // sees the other's store (the helper the new target, or aim() a wake-up time it must bring
+  // forward).
+  until.store(wake_at, std::memory_order_seq_cst);
+  if (target_ns_.load(std::memory_order_seq_cst) != target) return false;
+#if defined(__linux__)
+  futex_wait(generation_, seen, wake_at);
+#else
+  (void)seen;
+#endif
+  return true;
+}
+
+void timer_race::run([[maybe_unused]] int cpu, std::size_t index) {
+#if defined(__linux__)
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  // Unpinned (a cpuset that changed since), the helper still races, on whichever core it sleeps.
+  (void)::pthread_setaffinity_np(::pthread_self(), sizeof one, &one);
+  (void)::pthread_setname_np(::pthread_self(), "rc-timer-race");
+  // Never ahead of the thread it stands in for: SCHED_IDLE runs a helper only where its core has
+  // nothing else to run (a paused core's neighbour has not), so it never preempts that thread
+  // when both wake together. Its timer is exact: no timer slack (50 us by default).
+  sched_param idle{};
+  (void)::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &idle);
+  (void)::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  std::atomic<std::int64_t>& until = sleeps_[index].until;
+  for (;;) {
+    // The generation first: an aim() that wakes after this load changes it, and the wait below
+    // returns at once.
+    const std::uint32_t seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load(std::memory_order_acquire)) return;
+    const std::int64_t target = target_ns_.load(std::memory_order_seq_cst);
+    if (target != none && now_ns() >= target) {
+      // Due and not taken up: the first helper here pokes, once for this instant; then all sleep
+      // until the next aim.
+      std::int64_t poked = poked_for_.load(std::memory_order_acquire);
+      if (poked != target && poked_for_.compare_exchange_strong(poked, target, std::memory_order_acq_rel)) {
+        pokes_.fetch_add(1, std::memory_order_relaxed);
+        try {
+          poke_();
+        } catch (...) {  // the thread's own timer still fires: a lost poke only loses the race
+        }
+      }
+      if (!sleep(until, seen, target, none)) continue;
+    } else {
+      if (!sleep(until, seen, target, target)) continue;
+    }
+  }
+#endif
+}
+
+}  // namespace rc::detail
