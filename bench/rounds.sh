@@ -13,7 +13,8 @@
 # RC_ROUNDS sets the rounds (default 3); RC_N=N runs every scenario with --n N (default: each
 # scenario's own, which the README's figures use). RC_PACING=N adds N runs of the pacing scenario
 # (real time, about 3 s each) with the first BUILD_DIR after the rounds, and prints each run's p99
-# lateness, its most admitted in a 1 s window and the bare OS timer's p99 lateness beside it.
+# lateness, its most admitted in a 1 s window and the bare OS timer's p99 lateness beside it;
+# RC_PACING_RACE=1 makes each of those runs a pair, without and with --timer-race on, alternating.
 # RC_PEER=COMMAND runs COMMAND at the start of every round with the peer's scenario names as
 # arguments: a-seq a-burst b-step-seq f-keyed-seq g-events-seq (the TypeScript original's names for
 # plain_seq, plain_burst, throttle_open, keys and events). COMMAND must print one "name
@@ -27,6 +28,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 rounds="${RC_ROUNDS:-3}"
 pacing="${RC_PACING:-0}"
+race_modes=(off)
+[[ "${RC_PACING_RACE:-0}" != 1 ]] || race_modes=(off on)
 n_args=()
 [[ -z "${RC_N:-}" ]] || n_args=(--n "$RC_N")
 builds=("$@")
@@ -119,10 +122,13 @@ for b in builds:
 EOF
 
 if [[ "$pacing" -gt 0 ]]; then
-  echo "== pacing, $pacing run(s) with B1: p99 lateness (us), most in a 1 s window, OS timer p99 lateness (us)"
+  echo "== pacing, $pacing run(s) with B1: timer_race, p99 lateness (us), most in a 1 s window," \
+    "OS timer p99 lateness (us)"
   for ((i = 1; i <= pacing; ++i)); do
-    "${builds[0]}/bench/rc-bench" --scenario pacing | python3 -c 'import json, sys
+    for mode in "${race_modes[@]}"; do
+      "${builds[0]}/bench/rc-bench" --scenario pacing --timer-race "$mode" | python3 -c 'import json, sys
 d = json.load(sys.stdin)
-print("  %.0f %d %.0f" % (d["p99_lateness_us"], d["max_in_window"], d["os_timer_p99_lateness_us"]))'
+print("  %s %.0f %d %.0f" % (sys.argv[1], d["p99_lateness_us"], d["max_in_window"], d["os_timer_p99_lateness_us"]))' "$mode"
+    done
   done
 fi
