@@ -9,8 +9,9 @@
 // instant has not been taken up calls `poke` (once per instant). The scheduler's poke posts to its
 // io_context, which wakes the io thread from the helper's core, and Linux runs the woken thread on
 // a core that runs: measured, the thread then wakes about as late as the earlier of the two cores
-// (README, Benchmarks). A helper pinned to one core only, or a thread pinned to the paused core,
-// does not help: the wake-up must come from, and may move the thread to, the core that runs.
+// (README, Benchmarks). One helper on one of the cores does not help, nor do helpers for a thread
+// pinned to the paused core: the wake-up must come from the core that runs, and the thread must be
+// free to move there.
 //
 // The helpers take no lock: the instant, the instant last poked for, each helper's own wake-up
 // time and a generation count (the word they sleep on, a futex) are atomics. aim() costs a store
