@@ -7,11 +7,8 @@ root="$(dirname "$here")"
 build="$2"
 [[ "$build" = /* ]] || build="$root/$build"
 gateway="$build/samples/api_gateway"
-if [[ ! -x "$gateway" ]]; then
-  echo "$1: building api_gateway in $build" >&2
-  [[ -f "$build/build.ninja" || -f "$build/Makefile" ]] || cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" --target api_gateway >/dev/null
-fi
+source "$here/build_common.sh"
+ensure_built "$1" "$build" api_gateway samples/api_gateway
 
 # await_port LOG PID TENTHS: waits up to TENTHS tenths of a second for the server PID to write
 # "listening on http://127.0.0.1:PORT" to LOG and sets $port; fails (port empty) if it does not,

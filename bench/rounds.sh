@@ -26,6 +26,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
+source "$here/build_common.sh"
 rounds="${RC_ROUNDS:-3}"
 pacing="${RC_PACING:-0}"
 race_modes=(off)
@@ -37,12 +38,7 @@ builds=("$@")
 for i in "${!builds[@]}"; do
   b="${builds[$i]}"
   [[ "$b" = /* ]] || b="$root/$b"
-  if [[ ! -x "$b/bench/rc-bench" ]]; then
-    echo "rounds: building rc-bench in $b" >&2
-    [[ -f "$b/build.ninja" || -f "$b/Makefile" ]] ||
-      cmake -S "$root" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-    cmake --build "$b" --target rc_bench >/dev/null
-  fi
+  ensure_built rounds "$b" rc_bench bench/rc-bench
   builds[i]="$b"
 done
 command -v python3 >/dev/null || { echo "rounds: python3 is not installed" >&2; exit 1; }
