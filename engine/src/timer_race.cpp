@@ -54,17 +54,20 @@ timer_race::timer_race(std::function<void()> poke, unsigned max_helpers) : poke_
   for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < max_helpers; ++cpu)
     if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
   if (cpus.size() < 2) return;  // one core: a helper would sleep on the same core's timer
-  sleeps_ = std::make_unique<sleep_slot[]>(cpus.size());
+  helpers_ = std::make_unique<helper[]>(cpus.size());
   threads_.reserve(cpus.size());
-  for (std::size_t i = 0; i < cpus.size(); ++i) threads_.emplace_back([this, cpu = cpus[i], i] { run(cpu, i); });
+  for (std::size_t i = 0; i < cpus.size(); ++i) {
+    helpers_[i].cpu = cpus[i];
+    threads_.emplace_back([this, i] { run(helpers_[i]); });
+  }
 #else
   (void)max_helpers;
 #endif
 }
 
 timer_race::~timer_race() {
-  stop_.store(true, std::memory_order_release);
-  wake_all();
+  stop_.store(true, std::memory_order_seq_cst);
+  for (std::size_t i = 0; i < threads_.size(); ++i) wake(helpers_[i]);
   for (auto& t : threads_) t.join();
 }
 
@@ -73,16 +76,20 @@ void timer_race::aim(clock::time_point at) noexcept {
   const std::int64_t ns = at == clock::time_point::max()
                               ? none
                               : std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
+#if defined(__linux__)
+  // The caller's own timer for this instant is armed now, on this core: a helper here would add
+  // a second timer on the same core, late whenever the first is.
+  skip_cpu_.store(::sched_getcpu(), std::memory_order_seq_cst);
+#endif
   target_ns_.store(ns, std::memory_order_seq_cst);
-  // A helper asleep until no later than the new instant wakes by itself and reads it then: only
-  // one asleep for longer, or until woken, needs the system call.
   // Nothing aimed at: a helper wakes when it meant to and finds nothing.
   if (ns == none) return;
+  // A helper asleep until no later than the new instant wakes by itself and reads it then: only
+  // one asleep for longer, or until woken, needs the system call, and the one skipped none.
+  const int skip = skip_cpu_.load(std::memory_order_relaxed);
   for (std::size_t i = 0; i < threads_.size(); ++i) {
-    if (sleeps_[i].until.load(std::memory_order_seq_cst) > ns) {
-      wake_all();
-      return;
-    }
+    helper& h = helpers_[i];
+    if (h.cpu != skip && h.until.load(std::memory_order_seq_cst) > ns) wake(h);
   }
 }
 
@@ -91,37 +98,35 @@ void timer_race::taken() noexcept {
   if (!threads_.empty()) target_ns_.store(none, std::memory_order_release);
 }
 
-void timer_race::wake_all() noexcept {
-  generation_.fetch_add(1, std::memory_order_acq_rel);
+void timer_race::wake(helper& h) noexcept {
+  h.word.fetch_add(1, std::memory_order_seq_cst);
 #if defined(__linux__)
-  if (!threads_.empty())
-    (void)::syscall(SYS_futex, futex_word(generation_), FUTEX_WAKE | FUTEX_PRIVATE_FLAG, INT_MAX, nullptr, nullptr, 0);
+  (void)::syscall(SYS_futex, futex_word(h.word), FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1, nullptr, nullptr, 0);
 #endif
 }
 
-// Sleeps on the generation until `wake_at` (none: until woken), having said so in `until` for
+// Sleeps on the helper's word until `wake_at` (none: until woken), having said so in `until` for
 // aim() to read. False, without sleeping, when the target moved from `target` meanwhile: aim()
 // may have read the old `until` and left this helper asleep, so the caller looks again.
-bool timer_race::sleep(std::atomic<std::int64_t>& until, std::uint32_t seen, std::int64_t target,
-                       std::int64_t wake_at) noexcept {
+bool timer_race::sleep(helper& h, std::uint32_t seen, std::int64_t target, std::int64_t wake_at) noexcept {
   // seq_cst on both sides: of this store-then-load and aim()'s store-then-load, at least one
   // sees the other's store (the helper the new target, or aim() a wake-up time it must bring
   // forward).
-  until.store(wake_at, std::memory_order_seq_cst);
+  h.until.store(wake_at, std::memory_order_seq_cst);
   if (target_ns_.load(std::memory_order_seq_cst) != target) return false;
 #if defined(__linux__)
-  futex_wait(generation_, seen, wake_at);
+  futex_wait(h.word, seen, wake_at);
 #else
   (void)seen;
 #endif
   return true;
 }
 
-void timer_race::run([[maybe_unused]] int cpu, std::size_t index) {
+void timer_race::run(helper& h) {
 #if defined(__linux__)
   cpu_set_t one;
   CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
+  CPU_SET(h.cpu, &one);
   // Unpinned (a cpuset that changed since), the helper still races, on whichever core it sleeps.
   (void)::pthread_setaffinity_np(::pthread_self(), sizeof one, &one);
   (void)::pthread_setname_np(::pthread_self(), "rc-timer-race");
@@ -131,14 +136,15 @@ void timer_race::run([[maybe_unused]] int cpu, std::size_t index) {
   sched_param idle{};
   (void)::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &idle);
   (void)::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  std::atomic<std::int64_t>& until = sleeps_[index].until;
   for (;;) {
-    // The generation first: an aim() that wakes after this load changes it, and the wait below
-    // returns at once.
-    const std::uint32_t seen = generation_.load(std::memory_order_acquire);
-    if (stop_.load(std::memory_order_acquire)) return;
+    // The word first: a wake() after this load changes it, and the wait below returns at once.
+    const std::uint32_t seen = h.word.load(std::memory_order_seq_cst);
+    if (stop_.load(std::memory_order_seq_cst)) return;
     const std::int64_t target = target_ns_.load(std::memory_order_seq_cst);
-    if (target != none && now_ns() >= target) {
+    if (target == none || skip_cpu_.load(std::memory_order_seq_cst) == h.cpu) {
+      // Nothing aimed at, or the instant's own timer is on this core: asleep until the next aim.
+      if (!sleep(h, seen, target, none)) continue;
+    } else if (now_ns() >= target) {
       // Due and not taken up: the first helper here pokes, once for this instant; then all sleep
       // until the next aim.
       std::int64_t poked = poked_for_.load(std::memory_order_acquire);
@@ -149,11 +155,13 @@ void timer_race::run([[maybe_unused]] int cpu, std::size_t index) {
         } catch (...) {  // the thread's own timer still fires: a lost poke only loses the race
         }
       }
-      if (!sleep(until, seen, target, none)) continue;
+      if (!sleep(h, seen, target, none)) continue;
     } else {
-      if (!sleep(until, seen, target, target)) continue;
+      if (!sleep(h, seen, target, target)) continue;
     }
   }
+#else
+  (void)h;
 #endif
 }
 

@@ -3,6 +3,12 @@
 // Each case waits a few ms of real time; none asserts how late a poke comes.
 #include "rc/timer_race.hpp"
 
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
+
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <mutex>
@@ -119,6 +125,30 @@ TEST_CASE("timer_race: an instant taken up before it comes is not poked") {
   REQUIRE(r.await(1));
   CHECK(r.last() >= at);
 }
+
+#if defined(__linux__)
+TEST_CASE("timer_race: the poke comes from another core than the one aim() was called on") {
+  // The caller's own timer for the instant is on its core: a helper there would add nothing.
+  std::atomic<int> poked_on{-1};
+  rc::detail::timer_race race([&] { poked_on = ::sched_getcpu(); });
+  if (race.helpers() == 0) return;
+  cpu_set_t allowed;
+  REQUIRE(::sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &allowed)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  REQUIRE(::pthread_setaffinity_np(::pthread_self(), sizeof one, &one) == 0);
+  race.aim(clock::now() + 1ms);
+  REQUIRE(::pthread_setaffinity_np(::pthread_self(), sizeof allowed, &allowed) == 0);
+  const auto give_up = clock::now() + 5s;
+  while (poked_on.load() < 0 && clock::now() < give_up) std::this_thread::sleep_for(100us);
+  REQUIRE(poked_on.load() >= 0);
+  CHECK(poked_on.load() != first);
+  CHECK(race.pokes() == 1);
+}
+#endif
 
 TEST_CASE("timer_race: a poke that throws loses its race and nothing else") {
   std::atomic<int> calls{0};

@@ -5,19 +5,21 @@
 // core is paused, the wake-up waits for it, however idle the other core is. The pauses seldom hit
 // two cores at once, so the earlier of two timers set on two cores for the same instant is rarely
 // late. timer_race keeps one helper thread pinned to each core the process may run on (at most
-// four), each sleeping with its own timer until the instant aimed at; the first to wake while the
-// instant has not been taken up calls `poke` (once per instant). The scheduler's poke posts to its
+// four); at each aim the helpers on the other cores than the caller's (whose own timer, armed
+// beside the aim, is on that core) sleep with their own timers until the instant, and the first
+// to wake while it has not been taken up calls `poke` (once per instant). The scheduler's poke posts to its
 // io_context, which wakes the io thread from the helper's core, and Linux runs the woken thread on
 // a core that runs: measured, the thread then wakes about as late as the earlier of the two cores
 // (README, Benchmarks). One helper on one of the cores does not help, nor do helpers for a thread
 // pinned to the paused core: the wake-up must come from the core that runs, and the thread must be
 // free to move there.
 //
-// The helpers take no lock: the instant, the instant last poked for, each helper's own wake-up
-// time and a generation count (the word they sleep on, a futex) are atomics. aim() costs a store
-// and a load per helper, plus one wake system call when a helper sleeps past the new instant (after
-// a poke, or when the instant moves earlier); taken() a store. Linux only: elsewhere, and where
-// the process may run on one core only, there are no helpers and aim() does nothing.
+// The helpers take no lock: the instant, the core skipped, the instant last poked for, and each
+// helper's own wake-up time and word (what it sleeps on, a futex) are atomics. aim() costs two
+// stores and a load per helper, plus a wake system call for each helper asleep past the new
+// instant (after a poke, or when the instant moves earlier); taken() a store. Linux only:
+// elsewhere, and where the process may run on one core only, there are no helpers and aim() does
+// nothing.
 #pragma once
 
 #include <atomic>
@@ -44,7 +46,9 @@ class timer_race {
   /// How many helpers run (0: racing is off on this machine).
   unsigned helpers() const noexcept { return static_cast<unsigned>(threads_.size()); }
   /// The instant to wake for, replacing the one before; poke is called once for it, at or after
-  /// it, unless taken() or aim() comes first. Any thread; never blocks.
+  /// it, unless taken() or aim() comes first, by a helper on another core than the caller's: call
+  /// it on the thread, and so the core, whose own timer is armed for the instant. Any thread;
+  /// never blocks.
   void aim(clock::time_point at) noexcept;
   /// The instant aimed at was taken up without the helpers (its own timer woke the thread in
   /// time): no poke for it. Any thread; a helper already past its check may still poke once.
@@ -54,21 +58,23 @@ class timer_race {
 
  private:
   static constexpr std::int64_t none = INT64_MAX;
-  // When a helper will wake by itself (steady_clock ns; none: only when woken). Its own cache line.
-  struct alignas(64) sleep_slot {
-    std::atomic<std::int64_t> until{none};
+  // One helper's state, on its own cache line.
+  struct alignas(64) helper {
+    int cpu = -1;                           // the core it is pinned to
+    std::atomic<std::uint32_t> word{0};     // bumped to wake it; it sleeps on it (a futex)
+    std::atomic<std::int64_t> until{none};  // when it wakes by itself (ns; none: only when woken)
   };
-  void run(int cpu, std::size_t index);
-  bool sleep(std::atomic<std::int64_t>& until, std::uint32_t seen, std::int64_t target, std::int64_t wake_at) noexcept;
-  void wake_all() noexcept;
+  void run(helper& h);
+  bool sleep(helper& h, std::uint32_t seen, std::int64_t target, std::int64_t wake_at) noexcept;
+  static void wake(helper& h) noexcept;
 
   std::function<void()> poke_;
   std::atomic<std::int64_t> target_ns_{none};  // steady_clock nanoseconds since its epoch
-  std::atomic<std::uint32_t> generation_{0};   // bumped to wake the helpers, who sleep on it
+  std::atomic<int> skip_cpu_{-1};              // the core aim() was called on: no helper there
   std::atomic<std::int64_t> poked_for_{none};  // the instant last poked for
   std::atomic<std::uint64_t> pokes_{0};
   std::atomic<bool> stop_{false};
-  std::unique_ptr<sleep_slot[]> sleeps_;  // one per helper
+  std::unique_ptr<helper[]> helpers_;  // one per thread
   std::vector<std::thread> threads_;
 };
 
