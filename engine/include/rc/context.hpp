@@ -63,7 +63,7 @@ struct context_options {
   /// wait is still pending wakes the context's thread, which then runs on that core. On a VM whose
   /// host pauses one core at a time, a throttle's slot or a delay's end is then met about as late
   /// as the earlier of the cores' wake-ups rather than that of the one the thread slept on (README,
-  /// Benchmarks: pacing). Costs the helpers (asleep, at the lowest priority) and about 40 µs of
+  /// Benchmarks: pacing). Costs the helpers (asleep, at the lowest priority) and 25-40 µs of
   /// CPU per timer over all threads, measured. No effect on one core or outside Linux. Off by default.
   bool timer_race = false;
 };
