@@ -5,12 +5,12 @@
 // core is paused, the wake-up waits for it, however idle the other core is. The pauses seldom hit
 // two cores at once, so the earlier of two timers set on two cores for the same instant is rarely
 // late. timer_race keeps one helper thread pinned to each core the process may run on (at most
-// four); at each aim the helpers on the other cores than the caller's (whose own timer, armed
+// four); at each aim the helpers on the cores other than the caller's (whose own timer, armed
 // beside the aim, is on that core) sleep with their own timers until the instant, and the first
-// to wake while it has not been taken up calls `poke` (once per instant). The scheduler's poke posts to its
-// io_context, which wakes the io thread from the helper's core, and Linux runs the woken thread on
-// a core that runs: measured, the thread then wakes about as late as the earlier of the two cores
-// (README, Benchmarks). One helper on one of the cores does not help, nor do helpers for a thread
+// to wake while it has not been taken up calls `poke` (once per instant). The scheduler's poke
+// posts to its io_context, which wakes the io thread from the helper's core, and Linux runs the
+// woken thread on a core that runs: measured, the thread then wakes about as late as the earlier
+// of the two cores (README, Benchmarks). One helper on one of the cores does not help, nor do helpers for a thread
 // pinned to the paused core: the wake-up must come from the core that runs, and the thread must be
 // free to move there.
 //
