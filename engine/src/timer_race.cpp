@@ -79,14 +79,16 @@ void timer_race::aim(clock::time_point at) noexcept {
 #if defined(__linux__)
   // The caller's own timer for this instant is armed now, on this core: a helper here would add
   // a second timer on the same core, late whenever the first is.
-  skip_cpu_.store(::sched_getcpu(), std::memory_order_seq_cst);
+  const int skip = ::sched_getcpu();
+#else
+  const int skip = -1;
 #endif
+  skip_cpu_.store(skip, std::memory_order_seq_cst);
   target_ns_.store(ns, std::memory_order_seq_cst);
   // Nothing aimed at: a helper wakes when it meant to and finds nothing.
   if (ns == none) return;
   // A helper asleep until no later than the new instant wakes by itself and reads it then: only
   // one asleep for longer, or until woken, needs the system call, and the one skipped none.
-  const int skip = skip_cpu_.load(std::memory_order_relaxed);
   for (std::size_t i = 0; i < threads_.size(); ++i) {
     helper& h = helpers_[i];
     if (h.cpu != skip && h.until.load(std::memory_order_seq_cst) > ns) wake(h);
@@ -106,20 +108,20 @@ void timer_race::wake(helper& h) noexcept {
 }
 
 // Sleeps on the helper's word until `wake_at` (none: until woken), having said so in `until` for
-// aim() to read. False, without sleeping, when the target moved from `target` meanwhile: aim()
-// may have read the old `until` and left this helper asleep, so the caller looks again.
-bool timer_race::sleep(helper& h, std::uint32_t seen, std::int64_t target, std::int64_t wake_at) noexcept {
+// aim() to read. Returns at once, without sleeping, when the target moved from `target`
+// meanwhile (aim() may have read the old `until` and left this helper asleep): the caller's loop
+// looks again.
+void timer_race::sleep(helper& h, std::uint32_t seen, std::int64_t target, std::int64_t wake_at) noexcept {
   // seq_cst on both sides: of this store-then-load and aim()'s store-then-load, at least one
   // sees the other's store (the helper the new target, or aim() a wake-up time it must bring
   // forward).
   h.until.store(wake_at, std::memory_order_seq_cst);
-  if (target_ns_.load(std::memory_order_seq_cst) != target) return false;
+  if (target_ns_.load(std::memory_order_seq_cst) != target) return;
 #if defined(__linux__)
   futex_wait(h.word, seen, wake_at);
 #else
   (void)seen;
 #endif
-  return true;
 }
 
 void timer_race::run(helper& h) {
@@ -143,7 +145,7 @@ void timer_race::run(helper& h) {
     const std::int64_t target = target_ns_.load(std::memory_order_seq_cst);
     if (target == none || skip_cpu_.load(std::memory_order_seq_cst) == h.cpu) {
       // Nothing aimed at, or the instant's own timer is on this core: asleep until the next aim.
-      if (!sleep(h, seen, target, none)) continue;
+      sleep(h, seen, target, none);
     } else if (now_ns() >= target) {
       // Due and not taken up: the first helper here pokes, once for this instant; then all sleep
       // until the next aim.
@@ -155,9 +157,9 @@ void timer_race::run(helper& h) {
         } catch (...) {  // the thread's own timer still fires: a lost poke only loses the race
         }
       }
-      if (!sleep(h, seen, target, none)) continue;
+      sleep(h, seen, target, none);
     } else {
-      if (!sleep(h, seen, target, target)) continue;
+      sleep(h, seen, target, target);
     }
   }
 #else

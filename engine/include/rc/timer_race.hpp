@@ -65,7 +65,7 @@ class timer_race {
     std::atomic<std::int64_t> until{none};  // when it wakes by itself (ns; none: only when woken)
   };
   void run(helper& h);
-  bool sleep(helper& h, std::uint32_t seen, std::int64_t target, std::int64_t wake_at) noexcept;
+  void sleep(helper& h, std::uint32_t seen, std::int64_t target, std::int64_t wake_at) noexcept;
   static void wake(helper& h) noexcept;
 
   std::function<void()> poke_;
