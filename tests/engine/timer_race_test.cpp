@@ -22,6 +22,14 @@ using clock = rc::detail::timer_race::clock;
 
 namespace {
 
+/// Waits (up to 5 s, for a loaded machine) until `done()`; returns `done()`.
+template <class Done>
+bool eventually(Done done) {
+  const auto give_up = clock::now() + 5s;
+  while (!done() && clock::now() < give_up) std::this_thread::sleep_for(100us);
+  return done();
+}
+
 /// A timer_race whose poke records when it ran.
 struct recorder {
   std::mutex mutex;
@@ -37,9 +45,7 @@ struct recorder {
   }
   /// Waits (up to 5 s, for a loaded machine) until `n` pokes have run; true if they did.
   bool await(std::size_t n) {
-    const auto give_up = clock::now() + 5s;
-    while (count() < n && clock::now() < give_up) std::this_thread::sleep_for(100us);
-    return count() >= n;
+    return eventually([&] { return count() >= n; });
   }
   clock::time_point last() {
     std::lock_guard lock(mutex);
@@ -142,9 +148,7 @@ TEST_CASE("timer_race: the poke comes from another core than the one aim() was c
   REQUIRE(::pthread_setaffinity_np(::pthread_self(), sizeof one, &one) == 0);
   race.aim(clock::now() + 1ms);
   REQUIRE(::pthread_setaffinity_np(::pthread_self(), sizeof allowed, &allowed) == 0);
-  const auto give_up = clock::now() + 5s;
-  while (poked_on.load() < 0 && clock::now() < give_up) std::this_thread::sleep_for(100us);
-  REQUIRE(poked_on.load() >= 0);
+  REQUIRE(eventually([&] { return poked_on.load() >= 0; }));
   CHECK(poked_on.load() != first);
   CHECK(race.pokes() == 1);
 }
@@ -158,11 +162,10 @@ TEST_CASE("timer_race: a poke that throws loses its race and nothing else") {
   });
   if (race.helpers() == 0) return;
   race.aim(clock::now() + 1ms);
-  const auto give_up = clock::now() + 5s;
-  while (calls.load() < 1 && clock::now() < give_up) std::this_thread::sleep_for(100us);
+  REQUIRE(eventually([&] { return calls.load() >= 1; }));
   CHECK(calls.load() == 1);
   race.aim(clock::now() + 1ms);  // the helpers still run
-  while (calls.load() < 2 && clock::now() < give_up) std::this_thread::sleep_for(100us);
+  REQUIRE(eventually([&] { return calls.load() >= 2; }));
   CHECK(calls.load() == 2);
 }
 
