@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdint>
 #include <list>
 #include <random>
@@ -12,6 +13,11 @@
 #include <vector>
 
 #include "rc/gates/token_bucket.hpp"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 namespace keyed_lru_test {
 
@@ -228,6 +234,122 @@ TEST_CASE("a table block of a mapped or populated size comes zeroed, and a small
   REQUIRE(between != nullptr);
   CHECK(std::all_of(between, between + mid.bytes(), [](unsigned char b) { return b == 0; }));
   CHECK(rc::detail::table_block(0, true).data() == nullptr);
+}
+
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+namespace {
+
+// Whether this kernel makes pages without writing them (Linux 5.14 on); make_ahead needs it.
+bool kernel_makes_pages_ahead() {
+  void* p = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(p != MAP_FAILED);
+  const bool ok = ::madvise(p, 4096, MADV_POPULATE_WRITE) == 0;
+  ::munmap(p, 4096);
+  return ok;
+}
+
+// How many of the block's small pages are resident.
+std::size_t resident_pages(const rc::detail::table_block& b) {
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((b.bytes() + page - 1) / page);
+  REQUIRE(::mincore(b.data(), b.bytes(), in.data()) == 0);
+  return static_cast<std::size_t>(std::count_if(in.begin(), in.end(), [](unsigned char v) { return (v & 1) != 0; }));
+}
+
+template <class Done>
+bool eventually(Done done) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done() && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  return done();
+}
+
+}  // namespace
+
+TEST_CASE("a mapped table block asked to make its pages ahead has them all made, its contents unchanged") {
+  if (!kernel_makes_pages_ahead()) {
+    WARN("this kernel has no MADV_POPULATE_WRITE: make_ahead is a no-op here");
+    return;
+  }
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  rc::detail::table_block b(8 * rc::detail::table_block::mapped_from, true);
+  auto* bytes = static_cast<unsigned char*>(b.data());
+  const std::size_t pages = b.bytes() / page;
+  REQUIRE(resident_pages(b) < pages);  // fresh: made only as touched
+  // The owner writes while the helper makes the pages.
+  bytes[0] = 7;
+  b.make_ahead();
+  bytes[b.bytes() - 1] = 9;
+  REQUIRE(eventually([] { return rc::detail::pages_ahead_pending() == 0; }));
+  CHECK(resident_pages(b) == pages);
+  CHECK(bytes[0] == 7);
+  CHECK(bytes[b.bytes() - 1] == 9);
+  CHECK(std::all_of(bytes + 1, bytes + b.bytes() - 1, [](unsigned char v) { return v == 0; }));
+  // A block from the heap is not handed over.
+  rc::detail::table_block small(4096, false);
+  small.make_ahead();
+  CHECK(rc::detail::pages_ahead_pending() == 0);
+}
+
+TEST_CASE("freeing a table block takes back its request to make pages: none reach what is mapped there next") {
+  if (!kernel_makes_pages_ahead()) {
+    WARN("this kernel has no MADV_POPULATE_WRITE: make_ahead is a no-op here");
+    return;
+  }
+  // Sixteen blocks asked for in turn keep the helper busy for tens of milliseconds. The last is
+  // freed long before the helper reaches it, and a fresh mapping takes its place: had the request
+  // stayed, the helper would make that mapping's pages, which nobody has touched.
+  constexpr std::size_t bytes = 16 * rc::detail::table_block::mapped_from;
+  std::vector<rc::detail::table_block> blocks;
+  blocks.reserve(16);
+  for (int i = 0; i < 16; ++i) {
+    blocks.emplace_back(bytes, false);
+    blocks.back().make_ahead();
+  }
+  void* const last = blocks.back().data();
+  const std::size_t last_bytes = blocks.back().bytes();
+  blocks.pop_back();
+  void* const next =
+      ::mmap(last, last_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  REQUIRE(next == last);
+  blocks.clear();  // the one under way waited out, the rest taken back
+  CHECK(rc::detail::pages_ahead_pending() == 0);
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in(last_bytes / page);
+  REQUIRE(::mincore(next, last_bytes, in.data()) == 0);
+  CHECK(std::none_of(in.begin(), in.end(), [](unsigned char v) { return (v & 1) != 0; }));
+  ::munmap(next, last_bytes);
+  // A moved block keeps its request: freeing the moved-from one takes nothing back.
+  rc::detail::table_block kept(bytes, false);
+  kept.make_ahead();
+  rc::detail::table_block moved(std::move(kept));
+  kept = rc::detail::table_block();
+  REQUIRE(eventually([] { return rc::detail::pages_ahead_pending() == 0; }));
+  CHECK(resident_pages(moved) == moved.bytes() / page);
+}
+#endif
+
+TEST_CASE("a large table makes its next index ahead of the rebuild at 3/4 load, and the rebuild takes it") {
+  // Index of 262,144 entries (1 MiB) from 98,305 keys to 196,608; its successor (2 MiB) is made
+  // from 5/8 load (163,841 keys) on, its pages on another core, and the rebuild uses that one.
+  table t(1'000'000);
+  std::size_t i = 0;
+  const auto fill_to = [&](std::size_t n) {
+    for (; i < n; ++i) REQUIRE(t.touch(key_of(i), always) != nullptr);
+    return t.memory_bytes();
+  };
+  const std::size_t before = fill_to(160'000);
+  const std::size_t ahead = fill_to(190'000);
+  CHECK(ahead - before >= 2 * rc::detail::table_block::mapped_from);  // 30,000 slots and a 2 MiB index
+  const std::size_t rebuilt = fill_to(200'000);
+  CHECK(rebuilt < ahead);  // the old 1 MiB index freed, no new one made
+  for (const std::size_t k : {std::size_t{0}, std::size_t{163'840}, std::size_t{196'608}, std::size_t{199'999}})
+    CHECK(holds(t, key_of(k)));
+  CHECK_FALSE(holds(t, key_of(200'000)));
+  // A table whose max_keys stops short of the next rebuild makes no next index.
+  table capped(196'608);
+  for (std::size_t k = 0; k < 196'608; ++k) REQUIRE(capped.touch(key_of(k), always) != nullptr);
+  CHECK(capped.memory_bytes() < 196'608 * table::slot_bytes() + 2 * rc::detail::table_block::mapped_from);
 }
 
 TEST_CASE("a keyed table agrees with a simple model through a long random run of touches") {

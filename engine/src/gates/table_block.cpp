@@ -1,13 +1,21 @@
 // detail::table_block: a keyed table's large arrays on fresh pages advised for huge pages.
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <deque>
+#include <mutex>
 #include <new>
+#include <thread>
 
 #include "rc/gates/keyed_lru.hpp"
 
 #if defined(__linux__)
+#include <pthread.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 namespace rc::detail {
@@ -48,7 +56,119 @@ bool unmap_pages(void* p, std::size_t bytes) noexcept {
 #endif
 }
 
+#if defined(__linux__) && defined(MADV_POPULATE_WRITE)
+#define RC_PAGES_AHEAD 1
+
+// table_block::make_ahead's helper: one thread for the process, started by the first request,
+// that makes each asked block's pages with MADV_POPULATE_WRITE (which faults them in as a write
+// would, without writing), in the order asked, a huge page at a time. forget() drops a block's
+// request, or stops the one under way after its current piece and waits for that: no request
+// outlives its block's mapping. The thread keeps the default priority: at idle priority it could
+// be preempted for long on a busy machine while the kernel's memory-map lock is held for a
+// piece, and every mmap of the process would wait behind it. Never destroyed (a block may be
+// freed by a static destructor); a thread parked on a condition variable holds nothing at exit.
+// In a fork()ed child (the helper is the parent's) it does nothing.
+class page_maker {
+ public:
+  static page_maker& instance() {
+    static page_maker* const one = new page_maker();
+    return *one;
+  }
+
+  void ask(char* p, std::size_t bytes) noexcept {
+    if (!supported_.load(std::memory_order_relaxed) || !in_owner()) return;
+    {
+      std::lock_guard lock(mutex_);
+      try {
+        if (!started_) {
+          std::thread([this] { run(); }).detach();
+          started_ = true;
+        }
+        jobs_.push_back({p, bytes});
+      } catch (...) {  // no thread or no room for the request: the pages are made on first write
+        return;
+      }
+    }
+    wake_.notify_one();
+  }
+
+  void forget(const char* p) noexcept {
+    if (!in_owner()) return;
+    std::unique_lock lock(mutex_);
+    std::erase_if(jobs_, [p](const job& j) { return j.p == p; });
+    if (busy_ == p) {
+      stop_busy_.store(true, std::memory_order_relaxed);
+      done_.wait(lock, [&] { return busy_ != p; });
+    }
+  }
+
+  std::size_t pending() noexcept {
+    if (!in_owner()) return 0;
+    std::lock_guard lock(mutex_);
+    return jobs_.size() + (busy_ != nullptr ? 1 : 0);
+  }
+
+ private:
+  struct job {
+    char* p;
+    std::size_t bytes;
+  };
+
+  bool in_owner() const noexcept { return ::getpid() == owner_; }
+
+  void run() {
+    (void)::pthread_setname_np(::pthread_self(), "rc-pages-ahead");
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return !jobs_.empty(); });
+      const job j = jobs_.front();
+      jobs_.pop_front();
+      busy_ = j.p;
+      stop_busy_.store(false, std::memory_order_relaxed);
+      lock.unlock();
+      for (std::size_t at = 0; at < j.bytes && !stop_busy_.load(std::memory_order_relaxed);) {
+        const std::size_t n = std::min(table_block::huge_page, j.bytes - at);
+        if (::madvise(j.p + at, n, MADV_POPULATE_WRITE) != 0 && errno == EINVAL) {
+          supported_.store(false, std::memory_order_relaxed);  // a kernel without it: ask no more
+          break;
+        }
+        at += n;
+      }
+      lock.lock();
+      busy_ = nullptr;
+      done_.notify_all();
+    }
+  }
+
+  const pid_t owner_ = ::getpid();
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  std::deque<job> jobs_;
+  const char* busy_ = nullptr;
+  std::atomic<bool> stop_busy_{false};
+  std::atomic<bool> supported_{true};
+  bool started_ = false;
+};
+#endif
+
 }  // namespace
+
+void table_block::make_ahead() noexcept {
+#if defined(RC_PAGES_AHEAD)
+  if (!mapped_ || asked_) return;
+  asked_ = true;
+  page_maker::instance().ask(static_cast<char*>(data_), bytes_);
+#endif
+}
+
+std::size_t pages_ahead_pending() noexcept {
+#if defined(RC_PAGES_AHEAD)
+  return page_maker::instance().pending();
+#else
+  return 0;
+#endif
+}
 
 chunk_pool::chunk_pool(std::size_t bytes) {
   bytes =
@@ -110,6 +230,10 @@ table_block::table_block(std::size_t bytes, bool zeroed) {
 }
 
 void table_block::release() noexcept {
+#if defined(RC_PAGES_AHEAD)
+  if (asked_) page_maker::instance().forget(static_cast<const char*>(data_));
+#endif
+  asked_ = false;
   if (data_ != nullptr && !(mapped_ && unmap_pages(data_, bytes_))) std::free(data_);
   data_ = nullptr;
   bytes_ = 0;
@@ -117,3 +241,5 @@ void table_block::release() noexcept {
 }
 
 }  // namespace rc::detail
+
+#undef RC_PAGES_AHEAD

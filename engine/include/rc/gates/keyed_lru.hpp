@@ -17,7 +17,10 @@
 //   more than max_keys needs). An arena of a MiB or more, and an index as large, are fresh
 //   anonymous pages in whole 2 MiB huge pages, advised for transparent huge pages
 //   (detail::table_block): the kernel hands them over zeroed and only as they are touched, so
-//   resident memory follows the keys held, and a new index needs no clearing pass.
+//   resident memory follows the keys held, and a new index needs no clearing pass. The pages of a
+//   mapped arena, and of the next index from 5/8 load on (the rebuild is at 3/4), are made ahead
+//   on another core (table_block::make_ahead): a fresh huge page can cost its first writer a
+//   millisecond or more on a virtual machine, which would otherwise fall on one insert.
 // - the index is open addressing with linear probing over uint32 entries, each packing a slot
 //   number with a tag (bits mixed from the key's hash), so a probe rarely touches a slot whose key
 //   cannot match. It doubles at 3/4 load, refilled from the slots in memory order (a slot keeps
@@ -59,13 +62,15 @@ class table_block {
   table_block(table_block&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
         bytes_(std::exchange(other.bytes_, 0)),
-        mapped_(std::exchange(other.mapped_, false)) {}
+        mapped_(std::exchange(other.mapped_, false)),
+        asked_(std::exchange(other.asked_, false)) {}
   table_block& operator=(table_block&& other) noexcept {
     if (this != &other) {
       release();
       data_ = std::exchange(other.data_, nullptr);
       bytes_ = std::exchange(other.bytes_, 0);
       mapped_ = std::exchange(other.mapped_, false);
+      asked_ = std::exchange(other.asked_, false);
     }
     return *this;
   }
@@ -74,13 +79,25 @@ class table_block {
   void* data() const noexcept { return data_; }
   std::size_t bytes() const noexcept { return bytes_; }
 
+  /// Has a mapped block's pages made now, ahead of their first write, by a helper thread (one
+  /// for the process), so that the kernel's work for them (zeroing, and on a virtual machine the
+  /// host's fault behind it) is done on another core than the writer's. The contents do not
+  /// change: the owner may write the block meanwhile. Freeing the block takes the request back.
+  /// A no-op for a block from the heap, after fork() in the child, or where the kernel cannot
+  /// make pages without writing them (before Linux 5.14).
+  void make_ahead() noexcept;
+
  private:
   void release() noexcept;
 
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
   bool mapped_ = false;  // a mapping of its own, else from the heap
+  bool asked_ = false;   // handed to the helper by make_ahead()
 };
+
+/// How many blocks' page making is asked for or under way (table_block::make_ahead): for tests.
+std::size_t pages_ahead_pending() noexcept;
 
 /// Memory that several keyed tables carve their chunks from (the parts of a split table), so
 /// that they share whole huge pages instead of each growing small arenas of its own: one
@@ -361,12 +378,14 @@ class keyed_lru {
   /// How many keys the table may hold now: max_keys, or less in a table that shares a budget.
   std::size_t room() const noexcept { return room_; }
 
-  /// Bytes the table uses: the slots made so far (whole chunks), the index, the chunk and arena
-  /// lists and the characters of long keys (not the allocator's own overhead per long key). An
-  /// arena's chunks not made yet are address space only, untouched, and not counted.
+  /// Bytes the table uses: the slots made so far (whole chunks), the index (and the next one, once
+  /// made ahead of its rebuild), the chunk and arena lists and the characters of long keys (not the
+  /// allocator's own overhead per long key). An arena's chunks not made yet are not counted (their
+  /// pages may be resident already: see make_ahead).
   std::size_t memory_bytes() const noexcept {
     return slots_allocated_ * sizeof(slot) + chunks_.capacity() * sizeof(chunks_[0]) +
-           arenas_.capacity() * sizeof(arenas_[0]) + index_size() * sizeof(std::uint32_t) + heap_key_bytes_;
+           arenas_.capacity() * sizeof(arenas_[0]) + (index_size() + next_index_size()) * sizeof(std::uint32_t) +
+           heap_key_bytes_;
   }
 
   /// Forgets every key and releases all memory.
@@ -377,6 +396,7 @@ class keyed_lru {
     arenas_ = decltype(arenas_)();
     arena_slots_ = arena_free_ = 0;
     index_block_ = detail::table_block();
+    next_index_ = detail::table_block();
     index_ = nullptr;
     index_mask_ = 0;
     publish_hint();
@@ -424,6 +444,7 @@ class keyed_lru {
   slot& at(std::uint32_t s) noexcept { return chunk_list_[s >> chunk_bits][s & chunk_mask]; }
   std::uint32_t slot_of(std::uint32_t entry) const noexcept { return (entry & slot_mask_) - 1; }
   std::size_t index_size() const noexcept { return index_ != nullptr ? std::size_t{index_mask_} + 1 : 0; }
+  std::size_t next_index_size() const noexcept { return next_index_.data() != nullptr ? 2 * index_size() : 0; }
 
   std::uint32_t find_slot(std::string_view key, key_hash h) noexcept {
     if (index_ == nullptr) return nil;
@@ -476,6 +497,24 @@ class keyed_lru {
     if (size_ == slots_allocated_) make_chunk();
     if ((std::size_t{size_} + 1) * 4 > index_size() * 3) {
       rebuild_index(std::max(min_index_size, index_size() * 2));
+    } else if ((std::size_t{size_} + 1) * 8 > index_size() * 5) {
+      make_next_index();
+    }
+  }
+
+  // From 5/8 load, a mapped index's successor is made (its pages on another core) for the
+  // rebuild at 3/4, if max_keys lets the table grow that far; only in a table of its own arenas (a
+  // part of a split one is small, and its threads keep the cores busy). One that cannot be had
+  // now is made by the rebuild, as a small one always is.
+  void make_next_index() noexcept {
+    const std::size_t bytes = 2 * index_size() * sizeof(std::uint32_t);
+    if (pool_ != nullptr || next_index_.data() != nullptr || bytes < detail::table_block::mapped_from ||
+        std::size_t{max_keys_} * 4 <= index_size() * 3)
+      return;
+    try {
+      next_index_ = detail::table_block(bytes, true);
+      next_index_.make_ahead();
+    } catch (const std::bad_alloc&) {
     }
   }
 
@@ -501,6 +540,7 @@ class keyed_lru {
       const std::size_t slots = std::min<std::size_t>(chunks << chunk_bits, max_keys_ - slots_allocated_);
       arenas_.reserve(arenas_.size() + 1);
       detail::table_block& arena = arenas_.emplace_back(slots * sizeof(slot), false);
+      arena.make_ahead();
       arena_slots_ = arena_free_ = std::min<std::size_t>(arena.bytes() / sizeof(slot), max_keys_ - slots_allocated_);
       chunks_.reserve(chunks_.size() + (arena_slots_ >> chunk_bits) + 1);
     }
@@ -525,7 +565,10 @@ class keyed_lru {
   // Every slot below size_ holds a key (a slot is only ever reused, never emptied), so the new
   // index is filled from the slots in memory order: one pass over them, no random reads.
   void rebuild_index(std::size_t new_size) {
-    index_block_ = detail::table_block(new_size * sizeof(std::uint32_t), true);  // the old one kept if this throws
+    if (next_index_.data() != nullptr)
+      index_block_ = std::move(next_index_);  // made ahead for this size
+    else
+      index_block_ = detail::table_block(new_size * sizeof(std::uint32_t), true);  // the old one kept if this throws
     index_ = static_cast<std::uint32_t*>(index_block_.data());
     index_mask_ = static_cast<std::uint32_t>(new_size - 1);
     publish_hint();
@@ -573,6 +616,7 @@ class keyed_lru {
     arena_slots_ = std::exchange(other.arena_slots_, 0);
     arena_free_ = std::exchange(other.arena_free_, 0);
     index_block_ = std::move(other.index_block_);
+    next_index_ = std::move(other.next_index_);
     index_ = std::exchange(other.index_, nullptr);
     publish_hint();
     other.publish_hint();
@@ -613,6 +657,7 @@ class keyed_lru {
   std::size_t arena_slots_ = 0;  // slots the last arena holds
   std::size_t arena_free_ = 0;   // of those, not made yet
   detail::table_block index_block_;
+  detail::table_block next_index_;  // made ahead of the rebuild that will use it, or empty
 };
 
 }  // namespace rc
