@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "rc/gates/token_bucket.hpp"
+#include "support/eventually.hpp"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -248,20 +249,19 @@ bool kernel_makes_pages_ahead() {
   return ok;
 }
 
-// How many of the block's small pages are resident.
-std::size_t resident_pages(const rc::detail::table_block& b) {
+// How many of the small pages in [p, p + bytes) are resident.
+std::size_t resident_pages(const void* p, std::size_t bytes) {
   const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> in((b.bytes() + page - 1) / page);
-  REQUIRE(::mincore(b.data(), b.bytes(), in.data()) == 0);
+  std::vector<unsigned char> in((bytes + page - 1) / page);
+  REQUIRE(::mincore(const_cast<void*>(p), bytes, in.data()) == 0);
   return static_cast<std::size_t>(std::count_if(in.begin(), in.end(), [](unsigned char v) { return (v & 1) != 0; }));
 }
+std::size_t resident_pages(const rc::detail::table_block& b) { return resident_pages(b.data(), b.bytes()); }
 
-template <class Done>
-bool eventually(Done done) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!done() && std::chrono::steady_clock::now() < give_up)
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  return done();
+// Until the helper has no request left (10 s at most, for a loaded machine).
+bool helper_idle() {
+  return rc::test::eventually(
+      std::chrono::seconds(10), [] { return rc::detail::pages_ahead_pending() == 0; }, std::chrono::microseconds(200));
 }
 
 }  // namespace
@@ -280,7 +280,7 @@ TEST_CASE("a mapped table block asked to make its pages ahead has them all made,
   bytes[0] = 7;
   b.make_ahead();
   bytes[b.bytes() - 1] = 9;
-  REQUIRE(eventually([] { return rc::detail::pages_ahead_pending() == 0; }));
+  REQUIRE(helper_idle());
   CHECK(resident_pages(b) == pages);
   CHECK(bytes[0] == 7);
   CHECK(bytes[b.bytes() - 1] == 9);
@@ -314,18 +314,15 @@ TEST_CASE("freeing a table block takes back its request to make pages: none reac
   REQUIRE(next == last);
   blocks.clear();  // the one under way waited out, the rest taken back
   CHECK(rc::detail::pages_ahead_pending() == 0);
-  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<unsigned char> in(last_bytes / page);
-  REQUIRE(::mincore(next, last_bytes, in.data()) == 0);
-  CHECK(std::none_of(in.begin(), in.end(), [](unsigned char v) { return (v & 1) != 0; }));
+  CHECK(resident_pages(next, last_bytes) == 0);
   ::munmap(next, last_bytes);
   // A moved block keeps its request: freeing the moved-from one takes nothing back.
   rc::detail::table_block kept(bytes, false);
   kept.make_ahead();
   rc::detail::table_block moved(std::move(kept));
   kept = rc::detail::table_block();
-  REQUIRE(eventually([] { return rc::detail::pages_ahead_pending() == 0; }));
-  CHECK(resident_pages(moved) == moved.bytes() / page);
+  REQUIRE(helper_idle());
+  CHECK(resident_pages(moved) == moved.bytes() / static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)));
 }
 #endif
 

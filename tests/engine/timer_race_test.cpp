@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "support/eventually.hpp"
+
 namespace timer_race_test {
 
 using namespace std::chrono_literals;
@@ -24,10 +26,8 @@ namespace {
 
 /// Waits (up to 5 s, for a loaded machine) until `done()`; returns `done()`.
 template <class Done>
-bool eventually(Done done) {
-  const auto give_up = clock::now() + 5s;
-  while (!done() && clock::now() < give_up) std::this_thread::sleep_for(100us);
-  return done();
+bool eventually(Done&& done) {
+  return rc::test::eventually(5s, std::forward<Done>(done), 100us);
 }
 
 /// A timer_race whose poke records when it ran.

@@ -19,6 +19,7 @@
 
 #include "components/redis/sync_redis.hpp"
 #include "support/dsl_support.hpp"
+#include "support/eventually.hpp"
 #include "support/redis_server.hpp"
 
 namespace redis_stream_outage_test {
@@ -39,13 +40,8 @@ std::vector<std::pair<std::string, std::string>> fields_of(const rc::redis_reply
 
 /// Polls `f` (really, every 5 ms) until it holds or `limit` passes.
 template <class F>
-bool eventually(std::chrono::milliseconds limit, F f) {
-  const auto until = steady::now() + limit;
-  while (!f()) {
-    if (steady::now() > until) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
+bool eventually(std::chrono::milliseconds limit, F&& f) {
+  return rc::test::eventually(limit, std::forward<F>(f), 5ms);
 }
 
 }  // namespace
