@@ -277,8 +277,8 @@ event_bus::event_bus(std::string context_id, std::function<time_point()> clock_n
       state_(std::make_shared<subscription::state>()) {
   state_->bus = this;
   // Registering for membarrier can wait for an RCU grace period once threads run: do it here,
-  // usually before they do, rather than in the first subscribe.
-  (void)asymmetric_barrier();
+  // usually before they do, rather than in the first subscribe. Kept: every delivery asks.
+  light_readers_ = asymmetric_barrier();
 }
 
 event_bus::~event_bus() {
@@ -348,10 +348,10 @@ subscription event_bus::for_route(std::string route_id, event_handler h) {
 
 // Snapshots the lists, fills the event (`fill` sets its details) and calls every handler.
 template <class Fill>
-void event_bus::deliver(event_id id, Fill&& fill) {
+[[gnu::always_inline]] inline void event_bus::deliver(event_id id, Fill&& fill) {
   subscription::state& st = *state_;
   reader_slot& slot = my_slot();
-  const bool light = asymmetric_barrier();
+  const bool light = light_readers_;
   // Marked before the lists are read: a writer whose scan finds the slot at zero knows this
   // delivery reads the lists it published.
   const std::uint32_t depth = slot.depth.load(std::memory_order_relaxed);

@@ -424,6 +424,7 @@ class event_bus {
   void deliver(event_id id, Fill&& fill);
 
   std::shared_ptr<subscription::state> state_;
+  bool light_readers_ = false;  // asymmetric_barrier(): a process-wide constant, asked once
   std::array<std::atomic<bool>, event_count> any_{};
   friend class subscription;
 };
