@@ -8,7 +8,9 @@
 # virtual machine swings from run to run, so what a sitting reports is per-round ratios and their
 # medians: each build's scenarios over the peer's matching ones (when RC_PEER is set), events'
 # time per exchange over throttle_open's, two threads over one, and every further BUILD_DIR over
-# the first (to compare two builds of the code, e.g. -DRC_UNITY_BUILD=OFF against ON).
+# the first (to compare two builds of the code, e.g. -DRC_UNITY_BUILD=OFF against ON). The events
+# scenario measures throttle_open beside itself, in the same process (its over_throttle_open): that
+# ratio is quoted first; the one across the round's separate runs is printed after it.
 #
 # RC_ROUNDS sets the rounds (default 3); RC_N=N runs every scenario with --n N (default: each
 # scenario's own, which the README's figures use). RC_PACING=N adds N runs of the pacing scenario
@@ -56,6 +58,17 @@ measure() {
   awk -v p="$prefix" -v v="$v" 'BEGIN { printf "%s %.0f\n", p, v }'
 }
 
+# measure_events LINE_PREFIX BUILD: the events scenario, which runs throttle_open beside itself in
+# the same process; prints "LINE_PREFIX events per_second" and "LINE_PREFIX events_over_open RATIO".
+measure_events() {
+  local prefix="$1" b="$2" line v r
+  line="$("$b/bench/rc-bench" --scenario events "${n_args[@]}")"
+  v="$(sed -n 's/.*"per_second":\([-+.0-9eE]*\).*/\1/p' <<<"$line")"
+  r="$(sed -n 's/.*"over_throttle_open":\([-+.0-9eE]*\).*/\1/p' <<<"$line")"
+  [[ -n "$v" && -n "$r" ]] || { echo "rounds: rc-bench --scenario events printed no per_second or over_throttle_open" >&2; exit 1; }
+  awk -v p="$prefix" -v v="$v" -v r="$r" 'BEGIN { printf "%s events %.0f\n%s events_over_open %.4f\n", p, v, p, r }'
+}
+
 # Builds are labelled B1, B2, ... in the order given.
 for ((r = 1; r <= rounds; ++r)); do
   if [[ -n "${RC_PEER:-}" ]]; then
@@ -66,9 +79,10 @@ for ((r = 1; r <= rounds; ++r)); do
   for i in "${!builds[@]}"; do
     b="${builds[$i]}"
     tag="R$r B$((i + 1))"
-    for sc in plain_seq plain_burst throttle_open keys events; do
+    for sc in plain_seq plain_burst throttle_open keys; do
       measure "$tag $sc" "$b" --scenario "$sc"
     done
+    measure_events "$tag" "$b"
     measure "$tag plain_burst@2" "$b" --scenario plain_burst --threads 2
     measure "$tag keys_burst@1" "$b" --scenario keys_burst --threads 1
     measure "$tag keys_burst@2" "$b" --scenario keys_burst --threads 2
@@ -109,7 +123,12 @@ for b in builds:
     for sc, peer in peer_of.items():
         per, med = ratios((b, sc), ("peer", peer))
         show(f"  {sc} over {peer}", per, med, 0)
-    show("  events over throttle_open, time per exchange", *ratios((b, "events"), (b, "throttle_open"), invert=True))
+    per = [v for _, v in sorted(runs.get((b, "events_over_open"), {}).items())]
+    if per:
+        show("  events over throttle_open, time per exchange (beside each other in one process)", per,
+             statistics.median(per))
+    show("  events over throttle_open, time per exchange (separate processes)",
+         *ratios((b, "events"), (b, "throttle_open"), invert=True))
     show("  plain_burst, 2 threads over 1", *ratios((b, "plain_burst@2"), (b, "plain_burst")))
     show("  keys_burst, 2 threads over 1", *ratios((b, "keys_burst@2"), (b, "keys_burst@1")))
     if b != builds[0]:
