@@ -543,12 +543,18 @@ class connection final : public connection_base {
   }
 
   void stop_soon() override {
+    // Counted as the context's work until the connection has looked: stop() drains before it
+    // ends the event loop, so an idle keep-alive connection is closed then, not left open until
+    // the context is destroyed.
+    server_->ctx().work_started();
     asio::dispatch(socket_.get_executor(), [self = self()] {
-      if (self->closed_) return;
-      self->close_after_ = true;
-      if (self->phase_ == phase::handshake || self->phase_ == phase::idle || self->phase_ == phase::reading ||
-          self->phase_ == phase::lingering)
-        self->close();
+      if (!self->closed_) {
+        self->close_after_ = true;
+        if (self->phase_ == phase::handshake || self->phase_ == phase::idle || self->phase_ == phase::reading ||
+            self->phase_ == phase::lingering)
+          self->close();
+      }
+      self->server_->ctx().work_finished();
     });
   }
 
