@@ -405,6 +405,9 @@ class server : public std::enable_shared_from_this<server> {
     live_.erase(c);
   }
   std::atomic<std::size_t>& overflow() noexcept { return overflow_; }
+  /// More connections open than threads to serve them: while one waits for its client, others
+  /// may have work ready.
+  bool shared_threads() const noexcept { return open_.load(std::memory_order_relaxed) > ctx_.threads(); }
 
   /// One response sent (any thread): a relaxed increment, nothing else.
   void count_response(int status) noexcept {
@@ -664,6 +667,17 @@ class connection final : public connection_base {
         if (in_.capacity() > watch_limit) in_.shrink_to_fit();
         // Empty lines alone do not start a request, nor put the idle deadline off.
         if (reader_.blank_bytes() == 0) set_deadline(steady::now() + server_->options().idle_timeout);
+        if (in_.size() == 0 && server_->shared_threads()) {
+          // Between requests, nothing buffered: the client has most likely not sent its next
+          // request yet (it waited for this response). Reading now would mostly find nothing (a
+          // system call for EAGAIN, then the wait); letting the other connections' ready work
+          // run first gives the request time to arrive, and one read then takes it. (Asio reads
+          // before it waits, whatever the last read found.) With a thread per connection there
+          // is nothing to run in between, and the yield would only add a turn of the event loop.
+          // No I/O is pending meanwhile, so a stop or a timeout in the gap is looked at here.
+          co_await asio::post(socket_.get_executor(), asio::deferred);
+          if (closed_ || close_after_ || timed_out_) co_return read_end::closed;
+        }
       } else if (!co_await maybe_continue()) {
         co_return read_end::closed;
       }

@@ -1018,6 +1018,36 @@ TEST_CASE("http: an idle keep-alive connection is closed after idle_timeout") {
   CHECK(elapsed_ms(started) < 1500);
 }
 
+// More connections than threads: between requests a connection lets the others run before it
+// reads again. Each still gets its own answers in order, and idle ones still time out.
+TEST_CASE("http: one thread serving several keep-alive connections answers each in turn, then closes idle ones") {
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/n/:n", .server = {.idle_timeout = 300ms}});
+  ctx.add(rc::craft().id("n").from(src).transform([](rc::http_request r) { return r.param("n"); }));
+  running run(ctx);
+  std::vector<std::unique_ptr<raw_client>> clients;
+  for (int c = 0; c < 4; ++c) clients.push_back(std::make_unique<raw_client>(src.port()));
+  for (int i = 0; i < 20; ++i) {
+    for (std::size_t c = 0; c < clients.size(); ++c) clients[c]->send(get("/n/" + std::to_string(c * 100 + i)));
+    for (std::size_t c = 0; c < clients.size(); ++c) {
+      const auto r = clients[c]->read();
+      REQUIRE(r);
+      CHECK(r->status == 200);
+      CHECK(r->body == std::to_string(c * 100 + i));
+    }
+  }
+  // Two requests in one write, then the next only once both are answered.
+  clients[0]->send(get("/n/7") + get("/n/8"));
+  for (const char* n : {"7", "8"}) {
+    const auto r = clients[0]->read();
+    REQUIRE(r);
+    CHECK(r->body == n);
+  }
+  const auto started = clock_type::now();
+  for (auto& c : clients) CHECK(c->closed_within(3000ms));
+  CHECK(elapsed_ms(started) >= 250);
+}
+
 TEST_CASE("http: stop() closes idle keep-alive connections before it returns") {
   rc::context ctx(quick_stop());
   auto src = rc::http_source({.path = "/"});
