@@ -319,8 +319,8 @@ result events(const run_config& c) {
     events_s.push_back(ev.seconds);
     open_s.push_back(open.seconds);
     ratios.push_back(ev.seconds / open.seconds);
-    completed = std::min({completed, ev.figures["completed"].get<std::size_t>(),
-                          open.figures["completed"].get<std::size_t>()});
+    completed =
+        std::min({completed, ev.figures["completed"].get<std::size_t>(), open.figures["completed"].get<std::size_t>()});
     seen = std::min(seen, ev.figures["events_seen"].get<std::size_t>());
   }
   result r;
