@@ -7,15 +7,18 @@
 #
 #   bench/http_instructions.sh [BUILD_DIR]     (default: build; builds the sample if it is missing)
 #
-# Prints, for /bench/ok (200) and /bench/limited (429 after the first 10):
-#   ok_instructions N, ok_allocations N, limited_instructions N, limited_allocations N
+# Prints, for /bench/ok (200 under a limit), /bench/limited (429 after the first 10) and
+# /bench/plain (200, no limit):
+#   ok_instructions N, ok_allocations N, limited_instructions N, limited_allocations N,
+#   plain_instructions N, plain_allocations N
 # each per request: instructions (callgrind's Ir) and calls to malloc. The client is one keep-alive
 # connection sending GET requests one after another (python3's http.client), so each request also
 # pays the gateway's wait for the next one, which wrk's 50 connections mostly spare it. Counting
 # starts after WARMUP requests (connection set-up, first-use allocations and the limited path's
 # first 10 admissions are left out) and covers the next REQUESTS.
 # RC_INSN_REQUESTS sets REQUESTS (default 2000), RC_INSN_WARMUP sets WARMUP (default 200).
-# RC_INSN_KEEP=DIR keeps the two dumps there (DIR/ok.callgrind, DIR/limited.callgrind) for
+# RC_INSN_KEEP=DIR keeps the dumps there (DIR/ok.callgrind, DIR/limited.callgrind,
+# DIR/plain.callgrind) for
 # callgrind_annotate, to see where a path's instructions and allocations go.
 # Needs valgrind and python3; bounded: every step has a timeout, the gateway is stopped on exit.
 set -euo pipefail
@@ -110,8 +113,11 @@ measure() {
 
 measure ok /bench/ok
 measure limited /bench/limited
+measure plain /bench/plain
 echo "ok_instructions $ok_instructions"
 echo "ok_allocations $ok_allocations"
 echo "limited_instructions $limited_instructions"
 echo "limited_allocations $limited_allocations"
+echo "plain_instructions $plain_instructions"
+echo "plain_allocations $plain_allocations"
 echo "# per request, $requests requests after $warmup warm-up ones, one keep-alive connection (python3 http.client)"

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # HTTP load benchmark: wrk against the api_gateway sample on 127.0.0.1, 50 connections, a few
-# seconds per path: /bench/ok (answers 200) and /bench/limited (answers 429 past 10 a minute).
+# seconds per path: /bench/ok (answers 200 under a per-client limit it never reaches, with
+# draft-7 RateLimit headers), /bench/limited (answers 429 past 10 a minute) and /bench/plain
+# (answers the same 200 with no limit).
 #
 #   bench/http_load.sh [BUILD_DIR]        (default: build; builds the sample if it is missing)
 #
-# Prints:  ok_rps N, ok_p99_ms N, limited_rps N, limited_p99_ms N, errors N
+# Prints:  ok_rps N, ok_p99_ms N, limited_rps N, limited_p99_ms N, plain_rps N, plain_p99_ms N,
+#          errors N
 # where errors counts socket errors and every response that is neither 2xx nor 429, all runs.
 # Throughput is measured without a Lua call per response (it would slow wrk, not the server);
 # statuses are then checked in a 1 s run per path that counts every response (2xx, 429, other).
@@ -13,15 +16,18 @@
 # 100% busy was waiting for wrk, not working: its rate is what wrk could send, and a ratio of two
 # such rates measures the load generator, not the servers.
 #
-# When nginx is installed it then measures nginx doing the same work (bench/nginx/nginx.conf:
-# limit_req, 429 past 10 a minute) with RC_BENCH_THREADS workers, same load and duration, and
-# prints nginx_*, its CPU per request (utime + stime of its workers over the run, per request,
-# as for the gateway) and the gateway / nginx ratios. RC_BENCH_NGINX=0 skips it.
+# When nginx is installed it then measures nginx (bench/nginx/nginx.conf: /bench/ok a plain 200,
+# /bench/limited behind limit_req, 429 past 10 a minute) with RC_BENCH_THREADS workers, same load
+# and duration, and prints nginx_*, its CPU per request (utime + stime of its workers over the
+# run, per request, as for the gateway) and the gateway / nginx ratios: nginx_plain_ratio (the
+# gateway's /bench/plain over nginx's 200: the same work), nginx_limited_ratio, and
+# nginx_ok_ratio (the gateway's /bench/ok, which also counts a limit and sends its headers, over
+# nginx's plain 200). RC_BENCH_NGINX=0 skips it.
 #
 # When node and npm are available it then measures Express with express-rate-limit doing the same
-# work (bench/express, installed once into BUILD_DIR) in the same run, and prints express_*, the
-# ratios and target_met: both Express ratios >= 20, both nginx ratios >= 1 when nginx was
-# measured, and zero errors. RC_BENCH_EXPRESS=0 skips it;
+# work as /bench/ok and /bench/limited (bench/express, installed once into BUILD_DIR) in the same
+# run, and prints express_*, the ratios and target_met: both Express ratios >= 20, the plain and
+# limited nginx ratios >= 1 when nginx was measured, and zero errors. RC_BENCH_EXPRESS=0 skips it;
 # When redis-server is installed the gateway also serves the two paths with their counts in Redis
 # (rc::redis_store on a redis-server of its own, loopback): redis_ok_* and redis_limited_*, measured
 # in the same run. RC_BENCH_REDIS=0 skips them.
@@ -138,6 +144,7 @@ fi
 start gateway "$gateway" --port 0 --quiet --threads "$threads" "${redis_args[@]}"
 load ok "http://127.0.0.1:$port/bench/ok" 2xx
 load limited "http://127.0.0.1:$port/bench/limited" 429
+load plain "http://127.0.0.1:$port/bench/plain" 2xx
 if [[ ${#redis_args[@]} -gt 0 ]]; then
   load redis_ok "http://127.0.0.1:$port/bench/redis-ok" 2xx
   load redis_limited "http://127.0.0.1:$port/bench/redis-limited" 429
@@ -152,7 +159,9 @@ echo "ok_rps $ok_rps"
 echo "ok_p99_ms $ok_p99_ms"
 echo "limited_rps $limited_rps"
 echo "limited_p99_ms $limited_p99_ms"
-echo "errors $((ok_errors + limited_errors))"
+echo "plain_rps $plain_rps"
+echo "plain_p99_ms $plain_p99_ms"
+echo "errors $((ok_errors + limited_errors + plain_errors))"
 if [[ ${#redis_args[@]} -gt 0 ]]; then
   echo "redis_ok_rps $redis_ok_rps"
   echo "redis_ok_p99_ms $redis_ok_p99_ms"
@@ -163,9 +172,9 @@ if [[ ${#redis_args[@]} -gt 0 ]]; then
 fi
 echo "# $connections connections, ${seconds}s per path, $threads gateway thread(s), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# placement: ${server_cpu[*]:-any core} for each server, ${wrk_cpu[*]:-any core} for wrk"
-echo "# gateway CPU per request: ok ${ok_cpu_us} us, limited ${limited_cpu_us} us"
-echo "# gateway busy ($threads core(s)): ok $(busy "$ok_rps" "$ok_cpu_us" "$threads"), limited $(busy "$limited_rps" "$limited_cpu_us" "$threads")"
-echo "# status check (1 s each): ok $ok_2xx x 2xx, $ok_429 x 429; limited $limited_2xx x 2xx, $limited_429 x 429"
+echo "# gateway CPU per request: ok ${ok_cpu_us} us, limited ${limited_cpu_us} us, plain ${plain_cpu_us} us"
+echo "# gateway busy ($threads core(s)): ok $(busy "$ok_rps" "$ok_cpu_us" "$threads"), limited $(busy "$limited_rps" "$limited_cpu_us" "$threads"), plain $(busy "$plain_rps" "$plain_cpu_us" "$threads")"
+echo "# status check (1 s each): ok $ok_2xx x 2xx, $ok_429 x 429; limited $limited_2xx x 2xx, $limited_429 x 429; plain $plain_2xx x 2xx"
 
 if [[ "${RC_BENCH_NGINX:-1}" != 0 ]] && command -v nginx >/dev/null; then
   nginx_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
@@ -196,12 +205,14 @@ if [[ "${RC_BENCH_NGINX:-1}" != 0 ]] && command -v nginx >/dev/null; then
   echo "nginx_limited_p99_ms $nginx_limited_p99_ms"
   echo "nginx_errors $((nginx_ok_errors + nginx_limited_errors))"
   nginx_ok_ratio="$(ratio "$ok_rps" "$nginx_ok_rps")"
+  nginx_plain_ratio="$(ratio "$plain_rps" "$nginx_ok_rps")"
   nginx_limited_ratio="$(ratio "$limited_rps" "$nginx_limited_rps")"
   echo "nginx_ok_ratio $nginx_ok_ratio"
+  echo "nginx_plain_ratio $nginx_plain_ratio"
   echo "nginx_limited_ratio $nginx_limited_ratio"
   echo "# nginx ($threads worker(s)) CPU per request: ok ${nginx_ok_cpu_us} us, limited ${nginx_limited_cpu_us} us"
   echo "# nginx busy ($threads core(s)): ok $(busy "$nginx_ok_rps" "$nginx_ok_cpu_us" "$threads"), limited $(busy "$nginx_limited_rps" "$nginx_limited_cpu_us" "$threads")"
-  echo "# CPU per request, gateway / nginx: ok $(ratio "$ok_cpu_us" "$nginx_ok_cpu_us"), limited $(ratio "$limited_cpu_us" "$nginx_limited_cpu_us")"
+  echo "# CPU per request, gateway / nginx: ok $(ratio "$ok_cpu_us" "$nginx_ok_cpu_us"), plain $(ratio "$plain_cpu_us" "$nginx_ok_cpu_us"), limited $(ratio "$limited_cpu_us" "$nginx_limited_cpu_us")"
   echo "# nginx status check (1 s each): ok $nginx_ok_2xx x 2xx, $nginx_ok_429 x 429; limited $nginx_limited_2xx x 2xx, $nginx_limited_429 x 429"
 else
   echo "# nginx baseline skipped (RC_BENCH_NGINX=0, or no nginx)"
@@ -238,8 +249,8 @@ echo "# express busy (1 core): ok $(busy "$express_ok_rps" "$express_ok_cpu_us" 
 echo "ok_ratio $ok_ratio"
 echo "limited_ratio $limited_ratio"
 met=no
-if awk -v a="$ok_ratio" -v b="$limited_ratio" -v c="${nginx_ok_ratio:-1}" -v d="${nginx_limited_ratio:-1}" \
-  'BEGIN { exit !(a >= 20 && b >= 20 && c >= 1 && d >= 1) }' && [[ $((ok_errors + limited_errors)) -eq 0 ]]; then
+if awk -v a="$ok_ratio" -v b="$limited_ratio" -v c="${nginx_plain_ratio:-1}" -v d="${nginx_limited_ratio:-1}" \
+  'BEGIN { exit !(a >= 20 && b >= 20 && c >= 1 && d >= 1) }' && [[ $((ok_errors + limited_errors + plain_errors)) -eq 0 ]]; then
   met=yes
 fi
 echo "target_met $met"

@@ -10,7 +10,9 @@
 //   GET /api/hello?name=ada   per client: no delay for 3 requests per 10 s, then +100 ms per
 //                             request (at most 2 s); at most 6 per 10 s (draft-7 RateLimit
 //                             headers, 429 + Retry-After past it); all clients: 100/s, else 429
-//   GET /bench/ok             a per-client rate limit that never refuses (the load benchmark's 200)
+//   GET /bench/plain          JSON 200, no limit (the load benchmark's 200 beside nginx's plain one)
+//   GET /bench/ok             a per-client rate limit that never refuses (the load benchmark's 200
+//                             beside Express, whose 200 path counts the same)
 //   GET /bench/limited        10 per minute per client (the load benchmark's 429)
 //   GET /bench/redis-ok, /bench/redis-limited   the same two with the counts in Redis
 //                             (only with --redis HOST:PORT: rc::redis_store, docs/redis.md)
@@ -126,8 +128,9 @@ rc::http_source_endpoint add_routes(rc::context& ctx, const samples::listen_addr
                 return nlohmann::json{{"hello", req.query_param("name").value_or("world")}, {"client", req.client}};
               }));
 
-  // The load benchmark's two paths: the same work as an Express app with express-rate-limit
-  // (fixed windows, draft-7 headers, JSON body).
+  // The load benchmark's paths: /bench/ok and /bench/limited do the same work as an Express app
+  // with express-rate-limit (fixed windows, draft-7 headers, JSON body); /bench/plain answers the
+  // same JSON with no limit, as nginx's 200 path does (bench/nginx/nginx.conf).
   const rc::rate_limit_options generous{.limit = 1'000'000'000,
                                         .window = 60s,
                                         .headers = rc::rate_limit_headers::draft_7,
@@ -135,6 +138,12 @@ rc::http_source_endpoint add_routes(rc::context& ctx, const samples::listen_addr
                                         .counting = rc::counting::fixed};
   rc::rate_limit_options strict = generous;
   strict.limit = 10;
+  ctx.add(rc::craft()
+              .id("bench-plain")
+              .from(rc::http_source({.host = host, .port = port, .path = "/bench/plain"}))
+              .transform([](const rc::http_request&) {
+                return nlohmann::json{{"ok", true}};
+              }));
   ctx.add(rc::craft()
               .id("bench-ok")
               .rate_limit(generous)
@@ -277,7 +286,7 @@ int main(int argc, char** argv) {
     ctx.stop();
     return status;
   }
-  fmt::print("api_gateway listening on http://{}:{}  (GET /api/hello, /bench/ok, /bench/limited)\n",
+  fmt::print("api_gateway listening on http://{}:{}  (GET /api/hello, /bench/plain, /bench/ok, /bench/limited)\n",
              s.listen.url_host(), port);
   std::fflush(stdout);
   if (s.seconds > 0) {
