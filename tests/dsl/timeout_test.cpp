@@ -458,9 +458,9 @@ TEST_CASE("on the real clock a deadline cuts a delay short and a slow synchronou
   ctx.add(rc::craft()
               .id("busy")
               .from(rc::simple(std::vector<int>{1, 2}))
-              .timeout(5ms)
+              .timeout(50ms)  // body 1 must finish inside it even on a loaded machine
               .transform([](int v) {
-                if (v == 2) std::this_thread::sleep_for(40ms);
+                if (v == 2) std::this_thread::sleep_for(200ms);
                 return v;
               })
               .to(out));

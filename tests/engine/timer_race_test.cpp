@@ -111,19 +111,21 @@ TEST_CASE("timer_race: an instant moved earlier is poked at the earlier one, the
 TEST_CASE("timer_race: an instant moved later is not poked at the old one") {
   recorder r;
   if (!has_helpers(r)) return;
+  // The second aim must come before the first instant: 50 ms leaves room for a preempted thread
+  // on a loaded machine.
   const auto start = clock::now();
-  r.race.aim(start + 2ms);
-  r.race.aim(start + 20ms);
+  r.race.aim(start + 50ms);
+  r.race.aim(start + 100ms);
   REQUIRE(r.await(1));
-  CHECK(r.last() >= start + 20ms);
+  CHECK(r.last() >= start + 100ms);
 }
 
 TEST_CASE("timer_race: an instant taken up before it comes is not poked") {
   recorder r;
   if (!has_helpers(r)) return;
-  r.race.aim(clock::now() + 5ms);
+  r.race.aim(clock::now() + 50ms);  // taken() must come first, even on a loaded machine
   r.race.taken();
-  std::this_thread::sleep_for(25ms);
+  std::this_thread::sleep_for(100ms);
   CHECK(r.count() == 0);
   // And the next aim is poked as usual.
   const auto at = clock::now() + 1ms;

@@ -187,6 +187,7 @@ TEST_CASE("redis store: two contexts in one process share one throttle of 1000 p
   cfg.run_ms = 3000;
   SECTION("reject mode") {
     cfg.mode = "reject";
+    cfg.workers = 16;  // as for two processes: enough waiting on replies to keep the limit binding
     check_shared_throttle(run_two_contexts(cfg), cfg);
   }
   SECTION("delay mode, reservations admitted in order") {
@@ -264,9 +265,11 @@ TEST_CASE("redis store: killing and restarting redis-server, each on_error mode"
   SECTION("fail_open: the outage passes everything, unmetered") {
     cfg.on_error = "fail_open";
     cfg.prefix = "kill-open";
+    // Half the others' rate: the bar below is then a third of what a loaded sanitizer build passes.
+    cfg.rate = 500;
     const flood_result r = rc::test::run_flood(cfg, outage);
     // Unmetered: clearly more than burst + rate * t would admit in that stretch (how much more
-    // depends on the machine's speed: a sanitizer build under load manages about 2x).
+    // depends on the machine's speed: a sanitizer build under load passes about 2,000 a second).
     const double stretch_s = static_cast<double>(restarted_at - 50'000'000 - (killed_at + 100'000'000)) / 1e9;
     CHECK(static_cast<double>(during(r).size()) > 1.2 * (cfg.burst + cfg.rate * stretch_s));
     CHECK(r.store_refused == 0);
