@@ -18,8 +18,8 @@
 # first 10 admissions are left out) and covers the next REQUESTS.
 # RC_INSN_REQUESTS sets REQUESTS (default 2000), RC_INSN_WARMUP sets WARMUP (default 200).
 # RC_INSN_KEEP=DIR keeps the dumps there (DIR/ok.callgrind, DIR/limited.callgrind,
-# DIR/plain.callgrind) for
-# callgrind_annotate, to see where a path's instructions and allocations go.
+# DIR/plain.callgrind) for callgrind_annotate, to see where a path's instructions and allocations
+# go.
 # Needs valgrind and python3; bounded: every step has a timeout, the gateway is stopped on exit.
 set -euo pipefail
 
