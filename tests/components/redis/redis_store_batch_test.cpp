@@ -252,7 +252,8 @@ TEST_CASE("redis store batch: fixed and sliding counts in one call, mixed with t
 TEST_CASE("redis store batch: an outage fails every decision of a batch, each on its own deadline", "[redis]") {
   rc::test::redis_server server;
   driver drv(server.port());
-  auto store = rc::redis_store(drv.conn, {.prefix = "o", .timeout = 200ms, .batch = rc::redis_batching::on});
+  // 500 ms: "at once" and "at its deadline" stay far apart even for a loaded sanitizer build.
+  auto store = rc::redis_store(drv.conn, {.prefix = "o", .timeout = 500ms, .batch = rc::redis_batching::on});
   std::vector<rc::store_query> qs(40, throttle("k", 1ms, 10ms));
   REQUIRE(drv.together(*store, qs)[0].answer);
 
@@ -264,7 +265,7 @@ TEST_CASE("redis store batch: an outage fails every decision of a batch, each on
     for (const auto& d : r) {
       CHECK_FALSE(d.answer);
       CHECK(d.error == "RC5010");
-      CHECK(d.ms < 100);
+      CHECK(d.ms < 250);  // not its deadline
     }
     CHECK(drv.conn.stats().failed - failed_before < qs.size());
     server.restart();
@@ -282,8 +283,8 @@ TEST_CASE("redis store batch: an outage fails every decision of a batch, each on
     for (std::size_t w = 0; w < waves.size(); ++w)
       for (const auto& d : waves[w].get()) {
         CHECK(d.error == "RC5011");
-        CHECK(d.ms < 200 + 100);         // never past the timeout (plus the timer's slack on a loaded machine)
-        if (w == 0) CHECK(d.ms >= 190);  // the first call waits out its whole timeout
+        CHECK(d.ms < 500 + 100);         // never past the timeout (plus the timer's slack on a loaded machine)
+        if (w == 0) CHECK(d.ms >= 490);  // the first call waits out its whole timeout
       }
     server.resume();
     for (const auto& d : drv.together(*store, qs)) CHECK(d.answer);
@@ -300,7 +301,7 @@ TEST_CASE("redis store batch: an outage fails every decision of a batch, each on
     for (auto& wave : waves)
       for (const auto& d : wave.get()) {
         CHECK(d.error == "RC5010");
-        CHECK(d.ms < 200);
+        CHECK(d.ms < 400);  // at the close (~60 ms in), not at the deadline
       }
     server.resume();
   }
