@@ -138,26 +138,21 @@ rc::http_source_endpoint add_routes(rc::context& ctx, const samples::listen_addr
                                         .counting = rc::counting::fixed};
   rc::rate_limit_options strict = generous;
   strict.limit = 10;
+  const auto ok_body = [](const rc::http_request&) { return nlohmann::json{{"ok", true}}; };
   ctx.add(rc::craft()
               .id("bench-plain")
               .from(rc::http_source({.host = host, .port = port, .path = "/bench/plain"}))
-              .transform([](const rc::http_request&) {
-                return nlohmann::json{{"ok", true}};
-              }));
+              .transform(ok_body));
   ctx.add(rc::craft()
               .id("bench-ok")
               .rate_limit(generous)
               .from(rc::http_source({.host = host, .port = port, .path = "/bench/ok"}))
-              .transform([](const rc::http_request&) {
-                return nlohmann::json{{"ok", true}};
-              }));
+              .transform(ok_body));
   ctx.add(rc::craft()
               .id("bench-limited")
               .rate_limit(strict)
               .from(rc::http_source({.host = host, .port = port, .path = "/bench/limited"}))
-              .transform([](const rc::http_request&) {
-                return nlohmann::json{{"ok", true}};
-              }));
+              .transform(ok_body));
   if (redis != nullptr) {
     // The same two, counted in Redis: what several instances behind a load balancer would share.
     rc::rate_limit_options shared_ok = generous, shared_limited = strict;
@@ -167,16 +162,12 @@ rc::http_source_endpoint add_routes(rc::context& ctx, const samples::listen_addr
                 .id("bench-redis-ok")
                 .rate_limit(shared_ok)
                 .from(rc::http_source({.host = host, .port = port, .path = "/bench/redis-ok"}))
-                .transform([](const rc::http_request&) {
-                  return nlohmann::json{{"ok", true}};
-                }));
+                .transform(ok_body));
     ctx.add(rc::craft()
                 .id("bench-redis-limited")
                 .rate_limit(shared_limited)
                 .from(rc::http_source({.host = host, .port = port, .path = "/bench/redis-limited"}))
-                .transform([](const rc::http_request&) {
-                  return nlohmann::json{{"ok", true}};
-                }));
+                .transform(ok_body));
   }
   return hello;
 }
