@@ -3,7 +3,9 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -75,31 +77,73 @@ class client_resolver {
 
 // ---- responses ------------------------------------------------------------------------------
 
-/// A response's extra headers. The connection reuses one response_parts from request to request:
-/// clear() keeps the strings (and their capacity), so a steady stream of responses allocates
-/// nothing here.
+/// A response's extra headers: names and values back to back in one buffer, each entry their
+/// offsets. The connection reuses one response_parts from request to request: clear() keeps the
+/// buffer and the entry list (and their capacity), so a steady stream of responses allocates
+/// nothing here, and adding a header is two copies into the buffer.
 class response_headers {
  public:
-  using value_type = std::pair<std::string, std::string>;
+  struct field {
+    std::string_view name;
+    std::string_view value;
+  };
+  class iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = field;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = field;
+    iterator(const response_headers* h, std::size_t i) noexcept : h_(h), i_(i) {}
+    field operator*() const noexcept { return (*h_)[i_]; }
+    iterator& operator++() noexcept {
+      ++i_;
+      return *this;
+    }
+    iterator operator++(int) noexcept { return iterator(h_, i_++); }
+    bool operator==(const iterator& o) const noexcept { return i_ == o.i_; }
+
+   private:
+    const response_headers* h_;
+    std::size_t i_;
+  };
+
   void emplace_back(std::string_view name, std::string_view value) {
-    if (used_ == items_.size()) items_.emplace_back();
-    auto& [k, v] = items_[used_++];
-    k.assign(name);
-    v.assign(value);
+    entries_.push_back({append(name), static_cast<std::uint32_t>(name.size()), append(value),
+                        static_cast<std::uint32_t>(value.size())});
   }
-  value_type* begin() noexcept { return items_.data(); }
-  value_type* end() noexcept { return items_.data() + used_; }
-  const value_type* begin() const noexcept { return items_.data(); }
-  const value_type* end() const noexcept { return items_.data() + used_; }
-  std::size_t size() const noexcept { return used_; }
-  bool empty() const noexcept { return used_ == 0; }
-  void clear() noexcept { used_ = 0; }
-  /// First value of a header, compared case-insensitively; null when absent.
-  const std::string* find(std::string_view name) const noexcept;
+  /// Replaces the value of the i-th header (the old bytes stay unused until clear()).
+  void set_value(std::size_t i, std::string_view value) {
+    entries_[i].value_at = append(value);
+    entries_[i].value_size = static_cast<std::uint32_t>(value.size());
+  }
+  field operator[](std::size_t i) const noexcept {
+    const entry& e = entries_[i];
+    return {std::string_view(text_.data() + e.name_at, e.name_size),
+            std::string_view(text_.data() + e.value_at, e.value_size)};
+  }
+  iterator begin() const noexcept { return {this, 0}; }
+  iterator end() const noexcept { return {this, entries_.size()}; }
+  std::size_t size() const noexcept { return entries_.size(); }
+  bool empty() const noexcept { return entries_.empty(); }
+  void clear() noexcept {
+    entries_.clear();
+    text_.clear();
+  }
+  /// First value of a header, compared case-insensitively; nothing when absent.
+  std::optional<std::string_view> find(std::string_view name) const noexcept;
 
  private:
-  std::vector<value_type> items_;
-  std::size_t used_ = 0;
+  struct entry {
+    std::uint32_t name_at, name_size, value_at, value_size;
+  };
+  std::uint32_t append(std::string_view text) {
+    const auto at = static_cast<std::uint32_t>(text_.size());
+    text_.append(text);
+    return at;
+  }
+  std::string text_;
+  std::vector<entry> entries_;
 };
 
 struct response_parts {

@@ -253,8 +253,14 @@ void append_json_headers(response_headers& out, const nlohmann::json& list) {
 }
 
 void apply_limit_notes(response_headers& out, const exchange& ex) {
-  for (const auto& note : ex.limit_notes())
-    each_rate_limit_header(note, [&out](std::string_view k, std::string_view v) { merge_header(out, k, v); });
+  bool first = out.empty();
+  for (const auto& note : ex.limit_notes()) {
+    if (first)  // one note's headers have distinct names: with nothing before them, nothing to merge
+      each_rate_limit_header(note, [&out](std::string_view k, std::string_view v) { out.emplace_back(k, v); });
+    else
+      each_rate_limit_header(note, [&out](std::string_view k, std::string_view v) { merge_header(out, k, v); });
+    first = first && out.empty();
+  }
 }
 
 void body_response(exchange& ex, response_parts& r) {
@@ -313,7 +319,7 @@ void refusal_response(const error& err, response_parts& r) {
   }
   if (const auto* it = err.detail("message"); it && !it->is_null()) {
     if (it->is_string()) {
-      r.body = it->get<std::string>();
+      r.body.assign(it->get_ref<const std::string&>());  // into the connection's buffer: no copy made aside
       r.content_type = "text/plain; charset=utf-8";
     } else {
       r.body = wire_json(*it);
@@ -455,20 +461,21 @@ response_parts error_response(int status, std::string_view code, std::string_vie
   return r;
 }
 
-const std::string* response_headers::find(std::string_view name) const noexcept {
+std::optional<std::string_view> response_headers::find(std::string_view name) const noexcept {
   for (const auto& [k, v] : *this)
-    if (iequals(k, name)) return &v;
-  return nullptr;
+    if (k.size() == name.size() && iequals(k, name)) return v;
+  return std::nullopt;
 }
 
 void merge_header(response_headers& out, std::string_view name, std::string_view value) {
   const bool structured =
       !value.empty() && value.front() == '"' && (iequals(name, "RateLimit") || iequals(name, "RateLimit-Policy"));
-  for (auto& [k, v] : out) {
-    if (!iequals(k, name)) continue;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const auto [k, v] = out[i];
+    if (k.size() != name.size() || !iequals(k, name)) continue;
     if (v == value) return;
     if (structured && !v.empty() && v.front() == '"') continue;  // draft-8: several limiters, several values
-    v.assign(value);
+    out.set_value(i, value);
     return;
   }
   out.emplace_back(name, value);

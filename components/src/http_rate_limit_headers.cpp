@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <type_traits>
 
@@ -187,7 +188,33 @@ void emit_rate_limit_headers(rate_limit_headers mode, std::uint64_t limit, std::
   using enum rate_limit_headers;
   const auto window_seconds = rate_limit_window_seconds(window);
   const auto reset_seconds = rate_limit_reset_seconds(reset_in);
-  const auto set = [&value](auto... parts) {
+  // A value is written into a buffer on the stack when it surely fits (every one but a draft-8
+  // value with a long policy name), else into `value`.
+  char small[192];
+  const auto set = [&value, &small](auto... parts) {
+    std::size_t bound = 0;
+    (
+        [&] {
+          if constexpr (std::is_integral_v<decltype(parts)>)
+            bound += 20;  // the digits of any 64-bit integer, with a sign
+          else
+            bound += parts.size();
+        }(),
+        ...);
+    if (bound <= sizeof small) {
+      char* p = small;
+      (
+          [&] {
+            if constexpr (std::is_integral_v<decltype(parts)>) {
+              p = std::to_chars(p, small + sizeof small, parts).ptr;
+            } else {
+              std::memcpy(p, parts.data(), parts.size());
+              p += parts.size();
+            }
+          }(),
+          ...);
+      return std::string_view(small, static_cast<std::size_t>(p - small));
+    }
     value.clear();
     (
         [&] {
