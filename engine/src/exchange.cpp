@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <atomic>
 #include <random>
 
@@ -56,6 +57,62 @@ nlohmann::json header_map::to_json() const {
   auto out = nlohmann::json::object();
   for (const auto& [k, v] : items_) out[k] = v;
   return out;
+}
+
+namespace {
+
+// Set when this thread's store of extras blocks is gone (thread exit): a block released after
+// that is freed at once. Trivially destructible, so it can be read at any time.
+thread_local bool extras_store_gone = false;
+
+}  // namespace
+
+// Up to four cleared blocks per thread; larger ones (a long note or hook list) are not kept.
+struct exchange::extras_store {
+  static constexpr std::size_t kept = 4;
+  std::array<extras*, kept> blocks{};
+  std::size_t count = 0;
+  extras_store() = default;
+  extras_store(const extras_store&) = delete;
+  extras_store& operator=(const extras_store&) = delete;
+  ~extras_store() {
+    extras_store_gone = true;
+    for (std::size_t i = 0; i < count; ++i) delete blocks[i];
+  }
+  static extras_store& of_this_thread() {
+    thread_local extras_store store;
+    return store;
+  }
+};
+
+exchange::extras* exchange::take_extras() {
+  if (!extras_store_gone) {
+    auto& store = extras_store::of_this_thread();
+    if (store.count > 0) return store.blocks[--store.count];
+  }
+  return new extras;
+}
+
+void exchange::extras_release::operator()(extras* e) const noexcept {
+  constexpr std::size_t small = 4;
+  const bool keep = !extras_store_gone && e->limits.capacity() <= small && e->finish_hooks.capacity() <= small &&
+                    e->correlation.capacity() <= 128;
+  if (keep) {
+    // Cleared before the store is looked at: a hook's captures, destroyed here, may release an
+    // exchange of their own into it.
+    e->correlation.clear();
+    e->principal.reset();
+    e->deadline.reset();
+    e->abort = nullptr;
+    e->limits.clear();
+    e->finish_hooks.clear();
+    auto& store = extras_store::of_this_thread();
+    if (store.count < extras_store::kept) {
+      store.blocks[store.count++] = e;
+      return;
+    }
+  }
+  delete e;
 }
 
 const exchange::extras& exchange::no_extras() noexcept {
