@@ -11,6 +11,70 @@ namespace rc::http_detail {
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 
+const std::string* parsed_request::field(std::string_view name) const noexcept {
+  for (const auto& [k, v] : fields)
+    if (k.size() == name.size() && beast::iequals(k, name)) return &v;
+  return nullptr;
+}
+
+void request_parser::on_request_impl(bhttp::verb method, string_view method_str, string_view target, int version,
+                                     error_code& ec) {
+  req_.method = method;
+  req_.method_text.assign(method_str.data(), method_str.size());
+  req_.target.assign(target.data(), target.size());
+  req_.version = static_cast<unsigned>(version);
+  req_.fields.reserve(8);  // most clients send fewer: one allocation for the list
+  ec = {};
+}
+
+void request_parser::on_response_impl(int, string_view, int, error_code& ec) { ec = bhttp::error::bad_version; }
+
+void request_parser::on_field_impl(bhttp::field name, string_view name_string, string_view value, error_code& ec) {
+  hosts_ += name == bhttp::field::host;
+  content_lengths_ += name == bhttp::field::content_length;
+  if (name == bhttp::field::transfer_encoding) {
+    if (transfer_encodings_++ > 0) codings_ += ',';
+    codings_.append(value.data(), value.size());
+  } else if (name == bhttp::field::expect && !expect_seen_) {
+    expect_seen_ = true;
+    expect_.assign(value.data(), value.size());
+  }
+  req_.fields.emplace_back(std::piecewise_construct, std::forward_as_tuple(name_string.data(), name_string.size()),
+                           std::forward_as_tuple(value.data(), value.size()));
+  ec = {};
+}
+
+void request_parser::on_header_impl(error_code& ec) { ec = {}; }
+
+void request_parser::on_body_init_impl(const boost::optional<std::uint64_t>& content_length, error_code& ec) {
+  // The parser holds the body to body_limit before this is called; a length known up front is
+  // room made once.
+  if (content_length) {
+    if (*content_length > req_.body.max_size()) {
+      ec = bhttp::error::buffer_overflow;
+      return;
+    }
+    req_.body.reserve(static_cast<std::size_t>(*content_length));
+  }
+  ec = {};
+}
+
+std::size_t request_parser::on_body_impl(string_view body, error_code& ec) {
+  req_.body.append(body.data(), body.size());
+  ec = {};
+  return body.size();
+}
+
+void request_parser::on_chunk_header_impl(std::uint64_t, string_view, error_code& ec) { ec = {}; }
+
+std::size_t request_parser::on_chunk_body_impl(std::uint64_t, string_view body, error_code& ec) {
+  req_.body.append(body.data(), body.size());
+  ec = {};
+  return body.size();
+}
+
+void request_parser::on_finish_impl(error_code& ec) { ec = {}; }
+
 request_reader::result request_reader::parse(beast::flat_buffer& in, request_refusal& why) {
   if (!parser_) {
     if (!skip_blank_lines(in, why)) return result::refused;
@@ -63,8 +127,9 @@ request_reader::result request_reader::parse(beast::flat_buffer& in, request_ref
   }
 }
 
-request_reader::request_type request_reader::take() {
-  auto req = parser_->release();
+parsed_request request_reader::take() {
+  parsed_request req = std::move(parser_->request());
+  req.keep_alive = parser_->keep_alive();
   parser_.reset();
   blank_ = 0;
   return req;
@@ -92,51 +157,42 @@ bool request_reader::skip_blank_lines(beast::flat_buffer& in, request_refusal& w
 // the body. So: any Transfer-Encoding with a Content-Length, or in HTTP/1.0, or whose final
 // coding is not a single chunked, is 400; chunked after another coding (gzip, chunked) is 501,
 // as we decode none. Every refusal closes the connection: the rest of the stream cannot be
-// framed. No allocation: the fields are read in place.
+// framed.
 bool request_reader::header_acceptable(request_refusal& why) const {
-  const auto& req = parser_->get();
-  // One pass in arrival order: a request has a handful of fields, and walking them costs less
-  // than the fields' ordered index (three lookups there cost ~300 instructions per request).
-  std::size_t hosts = 0, transfer_encodings = 0, content_lengths = 0;
-  for (const auto& f : req) {
-    const bhttp::field name = f.name();
-    hosts += name == bhttp::field::host;
-    transfer_encodings += name == bhttp::field::transfer_encoding;
-    content_lengths += name == bhttp::field::content_length;
-  }
-  if (hosts > 1 || (hosts == 0 && req.version() >= 11)) {
+  // The parser counted the fields as they went by, and kept the Transfer-Encoding values.
+  const request_parser& p = *parser_;
+  const unsigned version = p.request().version;
+  const std::size_t hosts = p.hosts();
+  if (hosts > 1 || (hosts == 0 && version >= 11)) {
     why = {400, "bad_request",
            hosts > 1 ? "a request may carry one Host header only" : "an HTTP/1.1 request needs a Host header"};
     return false;
   }
-  if (transfer_encodings == 0) return true;
-  if (content_lengths > 0) {
+  if (p.transfer_encodings() == 0) return true;
+  if (p.content_lengths() > 0) {
     why = {400, "bad_request", "a request may not carry both Transfer-Encoding and Content-Length"};
     return false;
   }
-  if (req.version() < 11) {
+  if (version < 11) {
     why = {400, "bad_request", "Transfer-Encoding is not allowed in an HTTP/1.0 request"};
     return false;
   }
   std::size_t codings = 0;
   bool chunked_before_last = false, other = false, last_chunked = false;
-  for (const auto& f : req) {
-    if (f.name() != bhttp::field::transfer_encoding) continue;
-    std::string_view list(f.value().data(), f.value().size());
-    while (!list.empty()) {
-      const auto comma = list.find(',');
-      std::string_view coding = list.substr(0, comma);
-      list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-      while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) coding.remove_prefix(1);
-      while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) coding.remove_suffix(1);
-      if (coding.empty()) continue;  // empty list elements are allowed and mean nothing
-      ++codings;
-      if (last_chunked) chunked_before_last = true;
-      last_chunked = beast::iequals(coding, "chunked");
-      if (!last_chunked) other = true;
-    }
+  std::string_view list = p.transfer_coding_list();
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    std::string_view coding = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    while (!coding.empty() && (coding.front() == ' ' || coding.front() == '\t')) coding.remove_prefix(1);
+    while (!coding.empty() && (coding.back() == ' ' || coding.back() == '\t')) coding.remove_suffix(1);
+    if (coding.empty()) continue;  // empty list elements are allowed and mean nothing
+    ++codings;
+    if (last_chunked) chunked_before_last = true;
+    last_chunked = beast::iequals(coding, "chunked");
+    if (!last_chunked) other = true;
   }
-  if (codings == 0 || !last_chunked || chunked_before_last || !parser_->chunked()) {
+  if (codings == 0 || !last_chunked || chunked_before_last || !p.chunked()) {
     why = {400, "bad_request", "the final transfer coding of a request must be chunked, once"};
     return false;
   }

@@ -7,13 +7,15 @@
 #pragma once
 
 #include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http/parser.hpp>
-#include <boost/beast/http/string_body.hpp>
+#include <boost/beast/http/basic_parser.hpp>
+#include <boost/beast/http/verb.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace rc::http_detail {
 
@@ -33,10 +35,61 @@ struct request_limits {
   std::size_t leading_blank_limit = 1024;   // empty-line bytes before a request line
 };
 
+/// A complete request as read: what the server makes its http_request of. The fields are in
+/// arrival order with their names as sent (the same container type as http_request's headers, so
+/// they move there without a copy).
+struct parsed_request {
+  boost::beast::http::verb method = boost::beast::http::verb::unknown;
+  std::string method_text;  // as sent
+  std::string target;       // as sent
+  unsigned version = 11;    // 10 or 11
+  bool keep_alive = true;   // the version and every Connection header considered
+  std::vector<std::pair<std::string, std::string>> fields;
+  std::string body;
+
+  /// The first value of a field, its name compared case-insensitively; null when absent.
+  const std::string* field(std::string_view name) const noexcept;
+};
+
+/// Beast's parser, writing what it parses straight into a parsed_request (no field index, no
+/// allocation per field beyond the strings themselves), and noting as the fields go by what the
+/// framing checks and the server ask of them.
+class request_parser final : public boost::beast::http::basic_parser<true> {
+ public:
+  parsed_request& request() noexcept { return req_; }
+  const parsed_request& request() const noexcept { return req_; }
+  /// The first Expect field's value; empty when there is none.
+  std::string_view expect() const noexcept { return expect_; }
+  std::size_t hosts() const noexcept { return hosts_; }
+  std::size_t content_lengths() const noexcept { return content_lengths_; }
+  std::size_t transfer_encodings() const noexcept { return transfer_encodings_; }
+  /// Every Transfer-Encoding value, in order, joined by commas (one list, as RFC 9110 reads them).
+  std::string_view transfer_coding_list() const noexcept { return codings_; }
+
+ private:
+  using error_code = boost::beast::error_code;
+  using string_view = boost::beast::string_view;
+  void on_request_impl(boost::beast::http::verb method, string_view method_str, string_view target, int version,
+                       error_code& ec) override;
+  void on_response_impl(int, string_view, int, error_code& ec) override;
+  void on_field_impl(boost::beast::http::field name, string_view name_string, string_view value,
+                     error_code& ec) override;
+  void on_header_impl(error_code& ec) override;
+  void on_body_init_impl(const boost::optional<std::uint64_t>& content_length, error_code& ec) override;
+  std::size_t on_body_impl(string_view body, error_code& ec) override;
+  void on_chunk_header_impl(std::uint64_t size, string_view extensions, error_code& ec) override;
+  std::size_t on_chunk_body_impl(std::uint64_t remain, string_view body, error_code& ec) override;
+  void on_finish_impl(error_code& ec) override;
+
+  parsed_request req_;
+  std::string expect_;
+  bool expect_seen_ = false;
+  std::string codings_;
+  std::size_t hosts_ = 0, content_lengths_ = 0, transfer_encodings_ = 0;
+};
+
 class request_reader {
  public:
-  using parser_type = boost::beast::http::request_parser<boost::beast::http::string_body>;
-  using request_type = parser_type::value_type;
   enum class result : std::uint8_t { need_more, request, refused };
 
   explicit request_reader(const request_limits& limits) : limits_(limits) {}
@@ -51,9 +104,9 @@ class request_reader {
   /// Empty-line bytes skipped since the last complete request.
   std::size_t blank_bytes() const noexcept { return blank_; }
   /// The request being read; only while started().
-  const parser_type& current() const noexcept { return *parser_; }
+  const request_parser& current() const noexcept { return *parser_; }
   /// The complete request; the reader is then ready for the next one.
-  request_type take();
+  parsed_request take();
   /// Forgets the request being read (after a refusal or a timeout).
   void reset() noexcept { parser_.reset(); }
 
@@ -64,7 +117,7 @@ class request_reader {
   void parse_error(boost::beast::error_code ec, request_refusal& why) const;
 
   request_limits limits_;
-  std::optional<parser_type> parser_;
+  std::optional<request_parser> parser_;
   std::size_t blank_ = 0;
   std::size_t header_bytes_ = 0;  // of the current request's header, consumed by the parser
   bool header_checked_ = false;   // header_acceptable() has judged the current request

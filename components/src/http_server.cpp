@@ -705,8 +705,7 @@ class connection final : public connection_base {
     if (!reader_.started() || continue_sent_) co_return true;
     const auto& parser = reader_.current();
     if (!parser.is_header_done() || parser.is_done()) co_return true;
-    const auto expect = parser.get()[bhttp::field::expect];
-    if (!http_detail::iequals(expect, "100-continue")) co_return true;
+    if (!http_detail::iequals(parser.expect(), "100-continue")) co_return true;
     continue_sent_ = true;
     static constexpr std::string_view interim = "HTTP/1.1 100 Continue\r\n\r\n";
     auto [ec, n] = co_await asio::async_write(socket_, asio::buffer(interim), use_tuple);
@@ -771,15 +770,15 @@ class connection final : public connection_base {
 
   // Answers at once (r filled; false), or starts the pipeline (true).
   bool start_request(response_parts& r) {
-    auto req = reader_.take();
-    keep_alive_ = req.keep_alive();
-    http10_ = req.version() < 11;
-    head_ = req.method() == bhttp::verb::head;
+    http_detail::parsed_request req = reader_.take();
+    keep_alive_ = req.keep_alive;
+    http10_ = req.version < 11;
+    head_ = req.method == bhttp::verb::head;
 
-    const std::string_view target(req.target().data(), req.target().size());
+    const std::string_view target = req.target;
     const auto qmark = target.find('?');
     const std::string_view path = target.substr(0, qmark);
-    const std::string_view method(req.method_string().data(), req.method_string().size());
+    const std::string_view method = req.method_text;
     const bool tracing = bus_.listening(http_request_completed);
     if (tracing) {
       trace_method_ = std::string(method);
@@ -817,20 +816,19 @@ class connection final : public connection_base {
       return false;
     }
 
+    // The reader's strings and field list move in as they are; `method`, `target` and `path` view
+    // them, so they are copied out first.
     http_request body;
-    body.method = std::string(method);
-    body.target = std::string(target);
     body.path = std::string(path);
     if (qmark != std::string_view::npos) body.query = std::string(target.substr(qmark + 1));
+    body.method = std::move(req.method_text);
+    body.target = std::move(req.target);
     body.params = std::move(params);
-    body.headers.reserve(8);
-    for (const auto& f : req)
-      body.headers.emplace_back(std::string(f.name_string().data(), f.name_string().size()),
-                                std::string(f.value().data(), f.value().size()));
-    body.body = std::move(req.body());
+    body.headers = std::move(req.fields);
+    body.body = std::move(req.body);
     if (!body.body.empty()) {
-      const auto ct = req[bhttp::field::content_type];
-      if (http_detail::is_json_content_type(std::string_view(ct.data(), ct.size()))) {
+      const std::string* ct = body.header("Content-Type");
+      if (ct && http_detail::is_json_content_type(*ct)) {
         auto parsed = nlohmann::json::parse(body.body, nullptr, false);
         if (parsed.is_discarded()) {
           r = http_detail::error_response(400, code_string(errc::validation), "the request body is not valid JSON");

@@ -45,6 +45,15 @@ void replay(const std::string& target, Target run, std::size_t at_least) {
   }
 }
 
+// Appends `bytes` to what `in` holds, as a read would, and lets the reader parse it all.
+rc::http_detail::request_reader::result feed(rc::http_detail::request_reader& reader, boost::beast::flat_buffer& in,
+                                             std::string_view bytes, rc::http_detail::request_refusal& why) {
+  auto buf = in.prepare(bytes.size());
+  std::copy(bytes.begin(), bytes.end(), static_cast<char*>(buf.data()));
+  in.commit(bytes.size());
+  return reader.parse(in, why);
+}
+
 }  // namespace
 
 TEST_CASE("http request reader: every corpus and regression input parses the same however it is split", "[fuzz]") {
@@ -64,21 +73,18 @@ TEST_CASE("http options: every corpus and regression input is accepted sensibly,
 TEST_CASE("http request reader: a last chunk then one more byte waits for the rest, then completes", "[fuzz]") {
   rc::http_detail::request_reader reader(rc::http_detail::request_limits{});
   boost::beast::flat_buffer in;
-  const auto feed = [&](std::string_view bytes) {
-    auto buf = in.prepare(bytes.size());
-    std::copy(bytes.begin(), bytes.end(), static_cast<char*>(buf.data()));
-    in.commit(bytes.size());
-    rc::http_detail::request_refusal why;
-    return reader.parse(in, why);
-  };
+  rc::http_detail::request_refusal why;
   using result = rc::http_detail::request_reader::result;
-  REQUIRE(feed("POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n") == result::need_more);
-  REQUIRE(feed("X") == result::need_more);
-  REQUIRE(feed("-Sum: 1\r\n") == result::need_more);
-  REQUIRE(feed("\r\n") == result::request);
+  REQUIRE(feed(reader, in, "POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n", why) ==
+          result::need_more);
+  REQUIRE(feed(reader, in, "X", why) == result::need_more);
+  REQUIRE(feed(reader, in, "-Sum: 1\r\n", why) == result::need_more);
+  REQUIRE(feed(reader, in, "\r\n", why) == result::request);
   const auto req = reader.take();
-  CHECK(req.target() == "/up");
-  CHECK(req.body().empty());
+  CHECK(req.target == "/up");
+  CHECK(req.body.empty());
+  REQUIRE(req.field("x-sum") != nullptr);  // a trailer field joins the fields, after the header's
+  CHECK(*req.field("x-sum") == "1");
   CHECK(in.size() == 0);
 }
 
@@ -90,22 +96,49 @@ TEST_CASE("http request reader: header fields trickling in one read each still m
   rc::http_detail::request_reader reader(limits);
   boost::beast::flat_buffer in;
   rc::http_detail::request_refusal why;
-  const auto feed = [&](std::string_view bytes) {
-    auto buf = in.prepare(bytes.size());
-    std::copy(bytes.begin(), bytes.end(), static_cast<char*>(buf.data()));
-    in.commit(bytes.size());
-    return reader.parse(in, why);
-  };
   using result = rc::http_detail::request_reader::result;
-  REQUIRE(feed("GET / HTTP/1.1\r\nHost: a\r\n") == result::need_more);
+  REQUIRE(feed(reader, in, "GET / HTTP/1.1\r\nHost: a\r\n", why) == result::need_more);
   const std::string field = "X-Pad: " + std::string(40, 'p') + "\r\n";  // 49 bytes
   int sent = 0;
   auto got = result::need_more;
   while (got == result::need_more && sent < 20) {
-    got = feed(field);
+    got = feed(reader, in, field, why);
     ++sent;
   }
   REQUIRE(got == result::refused);
   CHECK(why.status == 431);
   CHECK(sent <= 5);  // 25 bytes, then 49 a field: the sixth would pass 256
+}
+
+// The reader hands the server the fields as they came (order and spelling), and judges
+// keep-alive from every Connection field, not only the first.
+TEST_CASE("http request reader: fields keep order and spelling, and any Connection: close ends keep-alive", "[fuzz]") {
+  rc::http_detail::request_reader reader(rc::http_detail::request_limits{});
+  boost::beast::flat_buffer in;
+  const auto read_one = [&](std::string_view bytes) {
+    rc::http_detail::request_refusal why;
+    REQUIRE(feed(reader, in, bytes, why) == rc::http_detail::request_reader::result::request);
+    return reader.take();
+  };
+  const auto req =
+      read_one("GET /a?b=1 HTTP/1.1\r\nhost: x\r\nX-Two: 2\r\nx-two: two\r\nConnection: keep-alive\r\n\r\n");
+  CHECK(req.method == boost::beast::http::verb::get);
+  CHECK(req.method_text == "GET");
+  CHECK(req.target == "/a?b=1");
+  CHECK(req.version == 11);
+  CHECK(req.keep_alive);
+  using field = std::pair<std::string, std::string>;
+  CHECK(req.fields ==
+        std::vector<field>{{"host", "x"}, {"X-Two", "2"}, {"x-two", "two"}, {"Connection", "keep-alive"}});
+  REQUIRE(req.field("X-TWO") != nullptr);
+  CHECK(*req.field("X-TWO") == "2");
+  CHECK(req.field("Content-Type") == nullptr);
+
+  CHECK_FALSE(read_one("GET / HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n").keep_alive);
+  CHECK_FALSE(read_one("GET / HTTP/1.0\r\n\r\n").keep_alive);
+  const auto posted = read_one("POST / HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 3\r\n\r\nabc");
+  CHECK(posted.keep_alive);
+  CHECK(posted.version == 10);
+  CHECK(posted.body == "abc");
+  CHECK(in.size() == 0);
 }

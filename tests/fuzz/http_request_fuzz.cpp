@@ -52,11 +52,11 @@ std::string transcript(std::string_view stream, const request_limits& limits, co
       if (got == request_reader::result::need_more) break;
       const auto req = reader.take();
       if (reader.started()) throw finding("take() left a request started");
-      out += "request " + std::string(req.method_string()) + " " + std::string(req.target()) + " " +
-             std::to_string(req.version()) + (req.keep_alive() ? " keep-alive" : " close");
-      for (const auto& f : req) out += " [" + std::string(f.name_string()) + ": " + std::string(f.value()) + "]";
-      if (req.body().size() > limits.max_body_bytes) throw finding("a body over max_body_bytes was accepted");
-      out += " body " + std::to_string(req.body().size()) + ":" + req.body() + "\n";
+      out += "request " + req.method_text + " " + req.target + " " + std::to_string(req.version) +
+             (req.keep_alive ? " keep-alive" : " close");
+      for (const auto& [name, value] : req.fields) out += " [" + name + ": " + value + "]";
+      if (req.body.size() > limits.max_body_bytes) throw finding("a body over max_body_bytes was accepted");
+      out += " body " + std::to_string(req.body.size()) + ":" + req.body + "\n";
     }
   }
   out += reader.started() ? "unfinished\n" : "idle\n";
