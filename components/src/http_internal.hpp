@@ -77,6 +77,8 @@ class client_resolver {
 
 // ---- responses ------------------------------------------------------------------------------
 
+bool iequals(std::string_view a, std::string_view b) noexcept;
+
 /// A response's extra headers: names and values back to back in one buffer, each entry their
 /// offsets. The connection reuses one response_parts from request to request: clear() keeps the
 /// buffer and the entry list (and their capacity), so a steady stream of responses allocates
@@ -111,6 +113,7 @@ class response_headers {
   void emplace_back(std::string_view name, std::string_view value) {
     entries_.push_back({append(name), static_cast<std::uint32_t>(name.size()), append(value),
                         static_cast<std::uint32_t>(value.size())});
+    if (name.size() == 4 && iequals(name, "Date")) has_date_ = true;
   }
   /// Replaces the value of the i-th header (the old bytes stay unused until clear()).
   void set_value(std::size_t i, std::string_view value) {
@@ -129,7 +132,11 @@ class response_headers {
   void clear() noexcept {
     entries_.clear();
     text_.clear();
+    has_date_ = false;
   }
+  /// Whether a Date header is among them (serialize_response writes one otherwise); kept as they
+  /// are added, as every response asks.
+  bool has_date() const noexcept { return has_date_; }
   /// First value of a header, compared case-insensitively; nothing when absent.
   std::optional<std::string_view> find(std::string_view name) const noexcept;
 
@@ -144,6 +151,7 @@ class response_headers {
   }
   std::string text_;
   std::vector<entry> entries_;
+  bool has_date_ = false;
 };
 
 struct response_parts {

@@ -7,8 +7,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cctype>
 #include <chrono>
 #include <coroutine>
 #include <future>
@@ -545,6 +547,50 @@ TEST_CASE("http: a refusal's status and message come from the rate_limit options
   CHECK(r.body == "slow down, friend");
   REQUIRE(r.header("Retry-After"));
   CHECK(r.header("RateLimit") != nullptr);
+}
+
+TEST_CASE("http: a rate_limit refusal carries one Retry-After and one Date, with its headers on or off") {
+  rc::context ctx(quick_stop());
+  auto quiet = rc::http_source({.path = "/quiet"});
+  auto loud = rc::http_source({.path = "/loud"});
+  auto legacy = rc::http_source({.path = "/legacy"});
+  const auto refuse_all = [](rc::rate_limit_headers headers) {
+    return rc::rate_limit_options{.limit = 0, .window = 10s, .headers = headers};
+  };
+  ctx.add(rc::craft().id("quiet").rate_limit(refuse_all(rc::rate_limit_headers::none)).from(quiet).to(rc::noop()));
+  ctx.add(rc::craft().id("loud").rate_limit(refuse_all(rc::rate_limit_headers::draft_7)).from(loud).to(rc::noop()));
+  ctx.add(rc::craft()
+              .id("legacy")
+              .rate_limit(refuse_all(rc::rate_limit_headers::draft_6 | rc::rate_limit_headers::legacy))
+              .from(legacy)
+              .to(rc::noop()));
+  running run(ctx);
+  const auto count = [](const auto& reply, std::string_view name) {
+    const auto lower = [](std::string_view text) {
+      std::string out(text);
+      for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return out;
+    };
+    return std::count_if(reply.headers.begin(), reply.headers.end(),
+                         [&](const auto& h) { return lower(h.first) == lower(name); });
+  };
+  const auto q = request(quiet.port(), get("/quiet"));
+  CHECK(q.status == 429);
+  CHECK(count(q, "Retry-After") == 1);              // from the refusal itself: the gate wrote no headers
+  CHECK(std::stoi(*q.header("Retry-After")) >= 9);  // the 10 s window, in whole seconds rounded up
+  CHECK(std::stoi(*q.header("Retry-After")) <= 10);
+  CHECK(count(q, "RateLimit") == 0);
+  CHECK(count(q, "Date") == 1);
+  const auto l = request(loud.port(), get("/loud"));
+  CHECK(l.status == 429);
+  CHECK(count(l, "Retry-After") == 1);  // the gate's, not a second one
+  CHECK(count(l, "RateLimit") == 1);
+  CHECK(count(l, "Date") == 1);
+  const auto g = request(legacy.port(), get("/legacy"));
+  CHECK(g.status == 429);
+  CHECK(count(g, "Retry-After") == 1);
+  CHECK(count(g, "X-RateLimit-Limit") == 1);
+  CHECK(count(g, "Date") == 1);  // the legacy family's Date stands in for the server's own
 }
 
 TEST_CASE("http: a body that is not valid JSON and a validation error are 400, other failures 500") {
