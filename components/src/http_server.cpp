@@ -371,8 +371,16 @@ class server : public std::enable_shared_from_this<server> {
           return m;
         }
     }
+    // Most routes have literal paths and most of them differ from this one in length: compared
+    // here, inline, they cost a few instructions each; the others take the pattern's walk.
+    const bool rooted = !path.empty() && path.front() == '/';
+    const std::string_view stripped = strip_trailing_slash(path);
     for (const auto& e : routes_) {
-      if (!e.pattern.match(path, nullptr)) continue;
+      if (rooted && e.pattern.literal_only) {
+        if (stripped != e.pattern.literal) continue;
+      } else if (!e.pattern.match(path, nullptr)) {
+        continue;
+      }
       m.path_found = true;
       const bool method_ok = e.method == "*" || e.method == method || (method == "HEAD" && e.method == "GET");
       if (!method_ok) {
@@ -386,7 +394,7 @@ class server : public std::enable_shared_from_this<server> {
       if (!best || better(e, *best, method)) best = &e;
     }
     if (best) {
-      best->pattern.match(path, &params);
+      if (!best->pattern.literal_only) best->pattern.match(path, &params);  // a literal one has none
       m.route = best->route;
       m.response_timeout = best->response_timeout;
     }
