@@ -824,9 +824,10 @@ class connection final : public connection_base {
       return false;
     }
 
-    // The reader's strings and field list move in as they are; `method`, `target` and `path` view
-    // them, so they are copied out first.
-    http_request body;
+    // The body is made in place in the exchange. The reader's strings and field list move in as
+    // they are; `method`, `target` and `path` view them, so they are copied out first.
+    exchange ex;
+    http_request& body = ex.raw_body().emplace<http_request>();
     body.path = std::string(path);
     if (qmark != std::string_view::npos) body.query = std::string(target.substr(qmark + 1));
     body.method = std::move(req.method_text);
@@ -858,12 +859,10 @@ class connection final : public connection_base {
     }
 
     set_deadline(m.response_timeout ? steady::now() + *m.response_timeout : steady::time_point::max());
-    exchange ex;
     rt.adopt(ex);
     ex.set_header(client_header, body.client_key);
     if (const auto* corr = body.header("X-Correlation-Id"); corr && !corr->empty() && corr->size() <= 128)
       ex.set_correlation_id(*corr);
-    ex.set_body(std::move(body));
     if (m.response_timeout) ex.set_deadline(rt.now() + *m.response_timeout);
 
     if (rt.all_synchronous()) {  // inline, on this strand: no coroutine of the engine's at all
