@@ -1,13 +1,14 @@
 // The exchange's rarely used fields (correlation, principal, deadline, abort signal, limit notes,
 // finish hooks) live in a block that a finished exchange hands on to the next one made on its
 // thread: whatever the last owner left there, a new exchange starts with none of it.
+#include "rc/exchange.hpp"
+
 #include <catch2/catch.hpp>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "rc/clock.hpp"
-#include "rc/exchange.hpp"
 
 namespace {
 
