@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "limit_note_fill.hpp"
 #include "rc/context.hpp"
 #include "rc/gate_step.hpp"
 #include "rc/gates/limiters.hpp"
@@ -125,18 +126,7 @@ struct rate_limit_gate : rate_limit_limiter<Counter> {
 
   void note(exchange& ex, route_runtime& rt, std::string_view key, ticket& t, const gate_decision& d) const {
     const bool rejected = d.refused();
-    // Filled in place: a note built aside and moved in costs four string moves on every request.
-    auto& notes = ex.limit_notes();
-    limit_note& note = notes.emplace_back();
-    try {
-      note.gate = "rateLimit";
-      note.label = label;
-      note.policy = policy;
-      note.key = key;
-    } catch (...) {
-      notes.pop_back();  // no half-made note on the exchange
-      throw;
-    }
+    limit_note& note = detail::add_limit_note(ex, "rateLimit", label, policy, key);
     note.limit = this->limit;
     note.used = t.hit.hits;
     note.remaining = rate_limit_remaining(this->limit, t.hit.hits);
@@ -213,21 +203,16 @@ struct rate_limit_store_policy {
   }
 
   void note(exchange& ex, route_runtime& rt, std::string_view key, ticket& t, const gate_decision& d) const {
-    limit_note note;
-    note.gate = "rateLimit";
-    note.label = label;
+    limit_note& note = detail::add_limit_note(ex, "rateLimit", label, policy, key);
     note.limit = limit;
     note.used = t.hits;
     note.remaining = rate_limit_remaining(limit, t.hits);
     note.reset = t.reset;
     note.window = window;
-    note.policy = policy;
-    note.key = key;
     note.rejected = d.refused();
     note.retry_after = d.refused() ? d.wait : duration::zero();
     note.header_mode = headers;
     if (includes(headers, rate_limit_headers::legacy)) note.wall_ms = rt.ctx().wall_time_ms();
-    ex.limit_notes().emplace_back(std::move(note));
   }
 
   void fields(nlohmann::json& j, const ticket& t, const gate_decision&, event_id) const {

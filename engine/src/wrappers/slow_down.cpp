@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "limit_note_fill.hpp"
 #include "rc/gate_step.hpp"
 #include "rc/gates/limiters.hpp"
 #include "rc/gates/rate_limit_numbers.hpp"
@@ -63,19 +64,15 @@ struct slow_down_gate : slow_down_limiter<Counter> {
   std::string label;
 
   void note(exchange& ex, route_runtime&, std::string_view key, ticket& t, const gate_decision& d) const {
-    limit_note note;
-    note.gate = "slowDown";
-    note.label = label;
+    limit_note& note = detail::add_limit_note(ex, "slowDown", label, {}, key);
     note.limit = this->delay_after;
     note.used = t.hit.hits;
     note.remaining = rate_limit_remaining(this->delay_after, t.hit.hits);
     note.reset = std::max(t.hit.reset_at - t.at, duration::zero());
     note.window = this->window;
-    note.key = key;
     note.delay = t.delay;
     note.rejected = d.refused();
     if (d.refused()) note.retry_after = d.wait;
-    ex.limit_notes().emplace_back(std::move(note));
   }
 
   std::uint64_t hits(const ticket& t) const { return t.hit.hits; }
