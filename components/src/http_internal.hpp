@@ -113,7 +113,7 @@ class response_headers {
   void emplace_back(std::string_view name, std::string_view value) {
     entries_.push_back({append(name), static_cast<std::uint32_t>(name.size()), append(value),
                         static_cast<std::uint32_t>(value.size())});
-    if (name.size() == 4 && iequals(name, "Date")) has_date_ = true;
+    present_ |= known_bit(name);
   }
   /// Replaces the value of the i-th header (the old bytes stay unused until clear()).
   void set_value(std::size_t i, std::string_view value) {
@@ -132,18 +132,23 @@ class response_headers {
   void clear() noexcept {
     entries_.clear();
     text_.clear();
-    has_date_ = false;
+    present_ = 0;
   }
-  /// Whether a Date header is among them (serialize_response writes one otherwise); kept as they
-  /// are added, as every response asks.
-  bool has_date() const noexcept { return has_date_; }
-  /// First value of a header, compared case-insensitively; nothing when absent.
-  std::optional<std::string_view> find(std::string_view name) const noexcept;
+  /// The headers every response asks about: whether one is among them is kept as they are added
+  /// (names never change), not looked for. Date: serialize_response writes one otherwise;
+  /// Retry-After: a refusal adds one otherwise.
+  enum class known : std::uint8_t { date = 1, retry_after = 2 };
+  bool has(known name) const noexcept { return (present_ & static_cast<std::uint8_t>(name)) != 0; }
 
  private:
   struct entry {
     std::uint32_t name_at, name_size, value_at, value_size;
   };
+  static std::uint8_t known_bit(std::string_view name) noexcept {
+    if (name.size() == 4 && iequals(name, "Date")) return static_cast<std::uint8_t>(known::date);
+    if (name.size() == 11 && iequals(name, "Retry-After")) return static_cast<std::uint8_t>(known::retry_after);
+    return 0;
+  }
   std::uint32_t append(std::string_view text) {
     const auto at = static_cast<std::uint32_t>(text_.size());
     text_.append(text);
@@ -151,7 +156,7 @@ class response_headers {
   }
   std::string text_;
   std::vector<entry> entries_;
-  bool has_date_ = false;
+  std::uint8_t present_ = 0;  // known bits
 };
 
 struct response_parts {

@@ -333,15 +333,11 @@ void refusal_response(const error& err, response_parts& r) {
 
 void refusal_headers(const error& err, const exchange& ex, response_headers& out) {
   // A gate that refused and noted it (rate_limit) put the refusal's headers on its note already.
-  bool noted = false, retry_after_noted = false;
-  for (const limit_note& n : ex.limit_notes()) {
-    noted = noted || n.rejected;
-    // A refusing note with headers wrote Retry-After (each_rate_limit_header): no need to look.
-    retry_after_noted = retry_after_noted || (n.rejected && n.header_mode != rate_limit_headers::none);
-  }
+  const bool noted =
+      std::any_of(ex.limit_notes().begin(), ex.limit_notes().end(), [](const limit_note& n) { return n.rejected; });
   if (!noted)
     if (const auto* it = err.detail("headers")) append_json_headers(out, *it);
-  if (!retry_after_noted && !out.find("Retry-After")) {
+  if (!out.has(response_headers::known::retry_after)) {
     double ms = 0;
     if (const auto* it = err.detail("retry_after_ms"); it && it->is_number()) ms = it->get<double>();
     const auto seconds = static_cast<long long>(std::ceil(std::max(0.0, ms) / 1000.0 - 1e-9));
@@ -465,12 +461,6 @@ response_parts error_response(int status, std::string_view code, std::string_vie
   return r;
 }
 
-std::optional<std::string_view> response_headers::find(std::string_view name) const noexcept {
-  for (const auto& [k, v] : *this)
-    if (k.size() == name.size() && iequals(k, name)) return v;
-  return std::nullopt;
-}
-
 void merge_header(response_headers& out, std::string_view name, std::string_view value) {
   const bool structured =
       !value.empty() && value.front() == '"' && (iequals(name, "RateLimit") || iequals(name, "RateLimit-Policy"));
@@ -512,7 +502,7 @@ void serialize_response(std::string& out, const response_parts& r, bool head, bo
   using namespace std::string_view_literals;
   const bool no_body = r.status == 204 || r.status == 304 || (r.status >= 100 && r.status < 200);
   const bool with_body = !head && !no_body;
-  const bool date = !r.headers.has_date();
+  const bool date = !r.headers.has(response_headers::known::date);
   const std::string_view date_text = date ? current_http_date() : std::string_view();
   const std::string_view reason = reason_phrase(r.status);
   const bool content_type = !no_body && !r.content_type.empty() && valid_header_text(r.content_type);
