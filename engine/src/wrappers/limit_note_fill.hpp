@@ -11,8 +11,8 @@ namespace rc::detail {
 
 /// The new note, its strings set and its numbers zero. A string that cannot be copied takes the
 /// note out again: no half-made note stays on the exchange.
-inline limit_note& add_limit_note(exchange& ex, std::string_view gate, std::string_view label,
-                                  std::string_view policy, std::string_view key) {
+inline limit_note& add_limit_note(exchange& ex, std::string_view gate, std::string_view label, std::string_view policy,
+                                  std::string_view key) {
   auto& notes = ex.limit_notes();
   limit_note& note = notes.emplace_back();
   try {
