@@ -178,11 +178,16 @@ struct path_pattern {
     return p;
   }
 
-  bool match(std::string_view path, http_headers* captured) const {
+  [[gnu::always_inline]] bool match(std::string_view path, http_headers* captured) const {
     // A pattern of literal segments only matches exactly its own text (a trailing slash aside):
-    // one comparison instead of a walk over the segments. Paths not starting with '/' take the
-    // walk, which reads them its own way.
+    // one comparison, inline where the server tries each route, instead of a walk over the
+    // segments. Paths not starting with '/' take the walk, which reads them its own way.
     if (literal_only && !path.empty() && path.front() == '/') return strip_trailing_slash(path) == literal;
+    return walk(path, captured);
+  }
+
+ private:
+  bool walk(std::string_view path, http_headers* captured) const {
     std::size_t i = 0;         // segments matched so far
     std::size_t consumed = 0;  // characters of `path` they cover
     bool overflow = false;     // the path has segments left when the pattern has none
@@ -371,16 +376,8 @@ class server : public std::enable_shared_from_this<server> {
           return m;
         }
     }
-    // Most routes have literal paths and most of them differ from this one in length: compared
-    // here, inline, they cost a few instructions each; the others take the pattern's walk.
-    const bool rooted = !path.empty() && path.front() == '/';
-    const std::string_view stripped = strip_trailing_slash(path);
     for (const auto& e : routes_) {
-      if (rooted && e.pattern.literal_only) {
-        if (stripped != e.pattern.literal) continue;
-      } else if (!e.pattern.match(path, nullptr)) {
-        continue;
-      }
+      if (!e.pattern.match(path, nullptr)) continue;
       m.path_found = true;
       const bool method_ok = e.method == "*" || e.method == method || (method == "HEAD" && e.method == "GET");
       if (!method_ok) {
@@ -394,7 +391,7 @@ class server : public std::enable_shared_from_this<server> {
       if (!best || better(e, *best, method)) best = &e;
     }
     if (best) {
-      if (!best->pattern.literal_only) best->pattern.match(path, &params);  // a literal one has none
+      best->pattern.match(path, &params);
       m.route = best->route;
       m.response_timeout = best->response_timeout;
     }
