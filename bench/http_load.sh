@@ -12,9 +12,11 @@
 # Throughput is measured without a Lua call per response (it would slow wrk, not the server);
 # statuses are then checked in a 1 s run per path that counts every response (2xx, 429, other).
 # Lines starting with '#' add detail: counts, the gateway's CPU time per request, the load, and
-# how busy each server kept the core(s) it had (requests/s x CPU per request). A server well under
-# 100% busy was waiting for wrk, not working: its rate is what wrk could send, and a ratio of two
-# such rates measures the load generator, not the servers.
+# how busy each server kept the core(s) it had (requests/s x CPU per request), and how busy wrk
+# was (its own user + system time). A server well under 100% busy was waiting for wrk, not
+# working: its rate is what wrk could send, and a ratio of two such rates measures the load
+# generator, not the servers. With both near 100% (on loopback each side's system time includes
+# part of the other's TCP work), the rate is what the two cores give, shared by server and wrk.
 #
 # When nginx is installed it then measures nginx (bench/nginx/nginx.conf: /bench/ok a plain 200,
 # /bench/limited behind limit_req, 429 past 10 a minute) with RC_BENCH_THREADS workers, same load
@@ -103,10 +105,12 @@ wrk_run() {
 # load PREFIX URL EXPECTED: measures, then checks statuses; sets ${PREFIX}_rps, _p99_ms, _errors,
 # _cpu_us, _2xx, _429. EXPECTED is "2xx" (every response must be 2xx) or "429" (2xx or 429).
 load() {
-  local prefix="$1" url="$2" expected="$3" out check before after
+  local prefix="$1" url="$2" expected="$3" out check before after wrk_cpu_s
   before="$(cpu_ticks)"
-  out="$(wrk_run "$seconds" "$url")"
+  # wrk's own user + system seconds (bash's `time` counts every process it waited for).
+  out="$( { TIMEFORMAT='%U %S'; time wrk_run "$seconds" "$url"; } 2>"$work/wrk_time")"
   after="$(cpu_ticks)"
+  wrk_cpu_s="$(awk 'END { print $1 + $2 }' "$work/wrk_time")"
   check="$(wrk_run 1 "$url" 1)"
   get() { awk -v k="$2" '$1 == k { print $2 }' <<<"$1"; }
   local requests rps errors
@@ -121,6 +125,8 @@ load() {
   printf -v "${prefix}_429" '%s' "$(get "$check" wrk_429)"
   printf -v "${prefix}_cpu_us" '%s' "$(awk -v t=$((after - before)) -v n="$requests" \
     'BEGIN { printf "%.1f", (n > 0 ? t * 1e6 / 100 / n : 0) }')"
+  printf -v "${prefix}_wrk_cpu_us" '%s' "$(awk -v t="$wrk_cpu_s" -v n="$requests" \
+    'BEGIN { printf "%.1f", (n > 0 ? t * 1e6 / n : 0) }')"
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
@@ -174,6 +180,7 @@ echo "# $connections connections, ${seconds}s per path, $threads gateway thread(
 echo "# placement: ${server_cpu[*]:-any core} for each server, ${wrk_cpu[*]:-any core} for wrk"
 echo "# gateway CPU per request: ok ${ok_cpu_us} us, limited ${limited_cpu_us} us, plain ${plain_cpu_us} us"
 echo "# gateway busy ($threads core(s)): ok $(busy "$ok_rps" "$ok_cpu_us" "$threads"), limited $(busy "$limited_rps" "$limited_cpu_us" "$threads"), plain $(busy "$plain_rps" "$plain_cpu_us" "$threads")"
+echo "# wrk busy (1 thread) against the gateway: ok $(busy "$ok_rps" "$ok_wrk_cpu_us" 1), limited $(busy "$limited_rps" "$limited_wrk_cpu_us" 1), plain $(busy "$plain_rps" "$plain_wrk_cpu_us" 1)"
 echo "# status check (1 s each): ok $ok_2xx x 2xx, $ok_429 x 429; limited $limited_2xx x 2xx, $limited_429 x 429; plain $plain_2xx x 2xx"
 
 if [[ "${RC_BENCH_NGINX:-1}" != 0 ]] && command -v nginx >/dev/null; then
@@ -212,6 +219,7 @@ if [[ "${RC_BENCH_NGINX:-1}" != 0 ]] && command -v nginx >/dev/null; then
   echo "nginx_limited_ratio $nginx_limited_ratio"
   echo "# nginx ($threads worker(s)) CPU per request: ok ${nginx_ok_cpu_us} us, limited ${nginx_limited_cpu_us} us"
   echo "# nginx busy ($threads core(s)): ok $(busy "$nginx_ok_rps" "$nginx_ok_cpu_us" "$threads"), limited $(busy "$nginx_limited_rps" "$nginx_limited_cpu_us" "$threads")"
+  echo "# wrk busy (1 thread) against nginx: ok $(busy "$nginx_ok_rps" "$nginx_ok_wrk_cpu_us" 1), limited $(busy "$nginx_limited_rps" "$nginx_limited_wrk_cpu_us" 1)"
   echo "# CPU per request, gateway / nginx: ok $(ratio "$ok_cpu_us" "$nginx_ok_cpu_us"), plain $(ratio "$plain_cpu_us" "$nginx_ok_cpu_us"), limited $(ratio "$limited_cpu_us" "$nginx_limited_cpu_us")"
   echo "# nginx status check (1 s each): ok $nginx_ok_2xx x 2xx, $nginx_ok_429 x 429; limited $nginx_limited_2xx x 2xx, $nginx_limited_429 x 429"
 else
@@ -246,6 +254,7 @@ echo "express_limited_p99_ms $express_limited_p99_ms"
 echo "express_errors $((express_ok_errors + express_limited_errors))"
 echo "# express CPU per request: ok ${express_ok_cpu_us} us, limited ${express_limited_cpu_us} us"
 echo "# express busy (1 core): ok $(busy "$express_ok_rps" "$express_ok_cpu_us" 1), limited $(busy "$express_limited_rps" "$express_limited_cpu_us" 1)"
+echo "# wrk busy (1 thread) against Express: ok $(busy "$express_ok_rps" "$express_ok_wrk_cpu_us" 1), limited $(busy "$express_limited_rps" "$express_limited_wrk_cpu_us" 1)"
 echo "ok_ratio $ok_ratio"
 echo "limited_ratio $limited_ratio"
 met=no
