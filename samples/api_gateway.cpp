@@ -10,7 +10,8 @@
 //   GET /api/hello?name=ada   per client: no delay for 3 requests per 10 s, then +100 ms per
 //                             request (at most 2 s); at most 6 per 10 s (draft-7 RateLimit
 //                             headers, 429 + Retry-After past it); all clients: 100/s, else 429
-//   GET /bench/plain          JSON 200, no limit (the load benchmark's 200 beside nginx's plain one)
+//   GET /bench/plain          a fixed JSON text, 200, no limit (the load benchmark's 200 beside
+//                             nginx's, which returns the same fixed text)
 //   GET /bench/ok             a per-client rate limit that never refuses (the load benchmark's 200
 //                             beside Express, whose 200 path counts the same)
 //   GET /bench/limited        10 per minute per client (the load benchmark's 429)
@@ -23,6 +24,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <rc/rc.hpp>
 #include <stdexcept>
@@ -129,8 +131,9 @@ rc::http_source_endpoint add_routes(rc::context& ctx, const samples::listen_addr
               }));
 
   // The load benchmark's paths: /bench/ok and /bench/limited do the same work as an Express app
-  // with express-rate-limit (fixed windows, draft-7 headers, JSON body); /bench/plain answers the
-  // same JSON with no limit, as nginx's 200 path does (bench/nginx/nginx.conf).
+  // with express-rate-limit (fixed windows, draft-7 headers, a JSON body built per request);
+  // /bench/plain answers the same bytes as a fixed text with no limit, as nginx's 200 path does
+  // (bench/nginx/nginx.conf).
   const rc::rate_limit_options generous{.limit = 1'000'000'000,
                                         .window = 60s,
                                         .headers = rc::rate_limit_headers::draft_7,
@@ -139,10 +142,13 @@ rc::http_source_endpoint add_routes(rc::context& ctx, const samples::listen_addr
   rc::rate_limit_options strict = generous;
   strict.limit = 10;
   const auto ok_body = [](const rc::http_request&) { return nlohmann::json{{"ok", true}}; };
+  const auto fixed_body = [](const rc::http_request&) {
+    return rc::http_response{.body = R"({"ok":true})", .content_type = "application/json"};
+  };
   ctx.add(rc::craft()
               .id("bench-plain")
               .from(rc::http_source({.host = host, .port = port, .path = "/bench/plain"}))
-              .transform(ok_body));
+              .transform(fixed_body));
   ctx.add(rc::craft()
               .id("bench-ok")
               .rate_limit(generous)
@@ -216,8 +222,27 @@ int self_test(rc::context& ctx, const std::string& url_host, std::uint16_t port)
             std::lock_guard lock(m);
             calls.push_back({ex.body<rc::http_response>(), now_ms() - started});
           }));
+  // The two benchmark paths nginx and Express are measured against answer the same bytes.
+  std::map<std::string, rc::http_response> bench;
+  for (const std::string path : {"/bench/plain", "/bench/ok"}) {
+    ctx.add(rc::craft()
+                .id("self-test " + path)
+                .from(rc::sequence(std::vector<int>{1}))
+                .request<rc::http_response>(rc::http(
+                    {.url = fmt::format("http://{}:{}{}", url_host, port, path), .throw_on_http_error = false}))
+                .process([&m, &bench, path](rc::exchange& ex) {
+                  std::lock_guard lock(m);
+                  bench[path] = ex.body<rc::http_response>();
+                }));
+  }
   ctx.drain();
   bool ok = calls.size() == 8;
+  for (const auto& [path, r] : bench) {
+    const auto* type = r.header("Content-Type");
+    fmt::print("self-test: {} -> {} {} {}\n", path, r.status, type ? *type : "-", r.body);
+    ok = ok && r.status == 200 && type != nullptr && *type == "application/json" && r.body == R"({"ok":true})";
+  }
+  ok = ok && bench.size() == 2;
   for (std::size_t i = 0; i < calls.size(); ++i) {
     const auto& c = calls[i];
     const auto* limit = c.response.header("RateLimit");
