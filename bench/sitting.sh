@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# A whole sitting, as the README's "Benchmarks" quotes one, in one command: bench/rounds.sh in
+# sets (the first with nine pacing pairs, without and with timer_race), bench/http_load.sh with one
+# gateway thread (pinned) and then with two (not pinned, no Express), and rc-sim's million-request
+# scenario; then what each target is judged by: every set's rounds.sh summary, the HTTP runs as
+# a table with their medians and how many runs met each ratio, and rc-sim's wall time and peak RSS.
+#
+#   bench/sitting.sh [BUILD_DIR]        (default: build; what is missing there is built first)
+#
+# RC_PEER is handed to bench/rounds.sh: the command that runs the TypeScript original's matching
+# scenarios at the start of every round (without it, no ratios over the original are printed).
+# RC_SETS sets (default 3) of RC_ROUNDS rounds (rounds.sh's default, 3); RC_PACING pacing pairs
+# after set 1 (default 9; 0 for none); RC_HTTP_RUNS one-thread HTTP runs (default 12; 0 for none);
+# RC_HTTP2_RUNS two-thread ones (default 3); RC_SIM_RUNS rc-sim runs (default 3). The HTTP runs
+# take bench/http_load.sh's own settings (RC_BENCH_SECONDS, RC_BENCH_REDIS, ...).
+# RC_SITTING_DIR keeps every run's output there; by default they go to a temporary directory,
+# removed at the end. About 25 minutes with the defaults, the original beside.
+# Run nothing else on the machine meanwhile: every figure is a rate on shared cores.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(dirname "$here")"
+source "$here/build_common.sh"
+build="${1:-build}"
+[[ "$build" = /* ]] || build="$root/$build"
+sets="${RC_SETS:-3}"
+pacing="${RC_PACING:-9}"
+http_runs="${RC_HTTP_RUNS:-12}"
+http2_runs="${RC_HTTP2_RUNS:-3}"
+sim_runs="${RC_SIM_RUNS:-3}"
+command -v python3 >/dev/null || { echo "sitting: python3 is not installed" >&2; exit 1; }
+ensure_built sitting "$build" rc_bench bench/rc-bench
+ensure_built sitting "$build" rc-sim tools/rc-sim
+
+if [[ -n "${RC_SITTING_DIR:-}" ]]; then
+  dir="$RC_SITTING_DIR"
+  mkdir -p "$dir"
+else
+  dir="$(mktemp -d)"
+  trap 'rm -rf "$dir"' EXIT
+fi
+
+echo "# sitting started $(date -u '+%Y-%m-%d %H:%M:%S UTC'), build $build ($(git -C "$root" log -1 --format=%h 2>/dev/null || echo '?'))"
+for ((s = 1; s <= sets; ++s)); do
+  if ((s == 1 && pacing > 0)); then
+    RC_PACING="$pacing" RC_PACING_RACE=1 "$here/rounds.sh" "$build" >"$dir/set$s.txt"
+  else
+    RC_PACING=0 "$here/rounds.sh" "$build" >"$dir/set$s.txt"
+  fi
+  echo "== set $s of $sets"
+  grep -v '^R[0-9]' "$dir/set$s.txt"
+done
+
+for ((i = 1; i <= http_runs; ++i)); do "$here/http_load.sh" "$build" >"$dir/http$i.txt"; done
+for ((i = 1; i <= http2_runs; ++i)); do
+  RC_BENCH_THREADS=2 RC_BENCH_PIN=0 RC_BENCH_EXPRESS=0 "$here/http_load.sh" "$build" >"$dir/http2t$i.txt"
+done
+for ((i = 1; i <= sim_runs; ++i)); do
+  # Wall time and peak RSS of the one child, as the README's rc-sim target counts them.
+  python3 - "$build/tools/rc-sim" "$root/tests/tools/scenarios/million.json" >"$dir/sim$i.txt" <<'PY'
+import resource, subprocess, sys, time
+start = time.monotonic()
+subprocess.run([sys.argv[1], sys.argv[2], "--quiet"], check=True, stdout=subprocess.DEVNULL)
+print(f"seconds {time.monotonic() - start:.2f}")
+print(f"peak_rss_kb {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}")
+PY
+done
+
+python3 - "$dir" "$http_runs" "$http2_runs" "$sim_runs" <<'PY'
+import re, statistics, sys
+
+d, runs, runs2, sims = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+
+def read(path):
+    text = open(path).read()
+    return {m[1]: float(m[2]) for m in re.finditer(r"^(\w+) ([-+.0-9eE]+)$", text, re.M)}, text
+
+def med(values):
+    return statistics.median(values) if values else None
+
+if runs:
+    rows = [read(f"{d}/http{i}.txt") for i in range(1, runs + 1)]
+    print(f"== HTTP, one gateway thread, {runs} run(s): req/s, and gateway over nginx / over Express")
+    print("run | gateway plain / ok / limited | nginx 200 / 429 | over nginx: plain / ok / limited | Express 200 / 429 | over Express: ok / limited")
+    for i, (f, _) in enumerate(rows, 1):
+        g = lambda k, fmt="{:,.0f}": fmt.format(f[k]) if k in f else "-"
+        print(f"{i} | {g('plain_rps')} / {g('ok_rps')} / {g('limited_rps')} | {g('nginx_ok_rps')} / {g('nginx_limited_rps')} | "
+              f"{g('nginx_plain_ratio', '{:.2f}')} / {g('nginx_ok_ratio', '{:.2f}')} / {g('nginx_limited_ratio', '{:.2f}')} | "
+              f"{g('express_ok_rps')} / {g('express_limited_rps')} | {g('ok_ratio', '{:.1f}')} / {g('limited_ratio', '{:.1f}')}")
+    targets = [("nginx_plain_ratio", 1), ("nginx_ok_ratio", 1), ("nginx_limited_ratio", 1), ("ok_ratio", 20), ("limited_ratio", 20)]
+    for key, bound in targets:
+        values = [f[key] for f, _ in rows if key in f]
+        if values:
+            print(f"  {key}: median {med(values):.2f}, {sum(v >= bound for v in values)} of {len(values)} runs >= {bound}")
+    for key in ["plain_rps", "ok_rps", "limited_rps", "nginx_ok_rps", "nginx_limited_rps", "express_ok_rps", "express_limited_rps"]:
+        values = [f[key] for f, _ in rows if key in f]
+        if values:
+            print(f"  {key}: median {med(values):,.0f}")
+    errors = sum(f.get(k, 0) for f, _ in rows for k in ("errors", "nginx_errors", "express_errors"))
+    print(f"  errors in all runs: {errors:.0f}")
+    # CPU per request and how busy each side was, from the '#' lines.
+    for label, pattern in [("gateway CPU per request (us): ok, limited, plain", r"gateway CPU per request: ok (\S+) us, limited (\S+) us, plain (\S+) us"),
+                           ("nginx CPU per request (us): 200, 429", r"nginx \(\d+ worker\(s\)\) CPU per request: ok (\S+) us, limited (\S+) us"),
+                           ("gateway busy (%): ok, limited, plain", r"gateway busy \(\d+ core\(s\)\): ok (\d+)%, limited (\d+)%, plain (\d+)%"),
+                           ("nginx busy (%): 200, 429", r"nginx busy \(\d+ core\(s\)\): ok (\d+)%, limited (\d+)%"),
+                           ("wrk busy against the gateway (%): ok, limited, plain", r"wrk busy \(1 thread\) against the gateway: ok (\d+)%, limited (\d+)%, plain (\d+)%"),
+                           ("wrk busy against nginx (%): 200, 429", r"wrk busy \(1 thread\) against nginx: ok (\d+)%, limited (\d+)%")]:
+        found = [re.search(pattern, text) for _, text in rows]
+        found = [[float(x) for x in m.groups()] for m in found if m]
+        if found:
+            cols = list(zip(*found))
+            print(f"  {label}: medians " + ", ".join(f"{med(c):g}" for c in cols) + " (ranges " +
+                  ", ".join(f"{min(c):g}-{max(c):g}" for c in cols) + ")")
+if runs2:
+    print(f"== HTTP, two gateway threads against two nginx workers, {runs2} run(s): over nginx plain / ok / limited")
+    for i in range(1, runs2 + 1):
+        f, _ = read(f"{d}/http2t{i}.txt")
+        print(f"  {i}: " + " / ".join(f"{f[k]:.2f}" if k in f else "-" for k in ("nginx_plain_ratio", "nginx_ok_ratio", "nginx_limited_ratio")))
+if sims:
+    sim = [read(f"{d}/sim{i}.txt")[0] for i in range(1, sims + 1)]
+    print(f"== rc-sim million --quiet, {sims} run(s): " + ", ".join(f"{s['seconds']:.2f} s / {s['peak_rss_kb']:,.0f} KB" for s in sim))
+PY
+echo "# sitting ended $(date -u '+%Y-%m-%d %H:%M:%S UTC'); outputs in ${RC_SITTING_DIR:-a temporary directory, removed}"
