@@ -11,12 +11,6 @@ namespace rc::http_detail {
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 
-const std::string* parsed_request::field(std::string_view name) const noexcept {
-  for (const auto& [k, v] : fields)
-    if (k.size() == name.size() && beast::iequals(k, name)) return &v;
-  return nullptr;
-}
-
 void request_parser::on_request_impl(bhttp::verb method, string_view method_str, string_view target, int version,
                                      error_code& ec) {
   req_.method = method;

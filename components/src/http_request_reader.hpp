@@ -44,11 +44,9 @@ struct parsed_request {
   std::string target;       // as sent
   unsigned version = 11;    // 10 or 11
   bool keep_alive = true;   // the version and every Connection header considered
+  // Looked up with rc::find_http_header (rc/http.hpp), here or once moved into an http_request.
   std::vector<std::pair<std::string, std::string>> fields;
   std::string body;
-
-  /// The first value of a field, its name compared case-insensitively; null when absent.
-  const std::string* field(std::string_view name) const noexcept;
 };
 
 /// Beast's parser, writing what it parses straight into a parsed_request (no field index, no
