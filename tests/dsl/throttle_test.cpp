@@ -578,6 +578,29 @@ TEST_CASE("a throwing key selector fails only that exchange, with RC5001 (retrya
   CHECK(events.count("route:throttle:passed") == 2);
 }
 
+TEST_CASE("an rc::error a throttle key selector throws fails that exchange unchanged") {
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  event_recorder events(ctx);
+  ctx.add(rc::craft()
+              .id("k")
+              .from(rc::simple(range(3)))
+              .throttle({.rate = 10,
+                         .key = [](const rc::exchange& ex) -> std::string {
+                           if (ex.body<int>() == 1) throw rc::error(rc::errc::validation, "tenant malformed", false);
+                           return "tenant-" + std::to_string(ex.body<int>());
+                         }})
+              .to(out));
+  ctx.start();
+  ctx.drain();
+  CHECK(out.bodies() == std::vector<int>{0, 2});
+  const auto failed = events.named("route:exchange:failed");
+  REQUIRE(failed.size() == 1);
+  CHECK(error_code(failed[0]) == "RC5002");
+  CHECK(failed[0].details["error"]["retryable"] == false);
+  CHECK(failed[0].details["error"]["message"] == "tenant malformed");
+}
+
 TEST_CASE("the label shows on passed events") {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;

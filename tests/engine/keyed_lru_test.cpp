@@ -104,6 +104,30 @@ TEST_CASE("keys that differ only in length, late characters or embedded zeros ar
   CHECK(t.find(std::string(14, '\xff')) == nullptr);
 }
 
+TEST_CASE("a key of every inline length keeps each of its characters") {
+  // Keys of 0 to 16 characters, and for each the same key with one character changed at every
+  // position: all are told apart, so no character of a short key is lost in storing it.
+  std::vector<std::string> keys;
+  for (std::size_t n = 0; n <= rc::detail::stored_key::inline_capacity + 1; ++n) {
+    std::string key;
+    for (std::size_t i = 0; i < n; ++i) key += static_cast<char>('a' + i);
+    keys.push_back(key);
+    for (std::size_t at = 0; at < n; ++at) {
+      std::string other = key;
+      other[at] = 'Z';
+      keys.push_back(other);
+    }
+  }
+  table t(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) t.touch(keys[i], always)->waiters = static_cast<std::uint32_t>(i + 1);
+  REQUIRE(t.size() == keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    INFO("key " << keys[i]);
+    REQUIRE(t.find(keys[i]) != nullptr);
+    CHECK(t.find(keys[i])->waiters == i + 1);
+  }
+}
+
 TEST_CASE("touch makes a key the most recently used, so the least recently touched is evicted") {
   table t(3);
   t.touch("a", always);

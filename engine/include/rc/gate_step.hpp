@@ -275,12 +275,11 @@ class gate_step final : public wrapper, public keyed_gate {
       return false;
     } else {
       if (!inner_is_sync()) return false;
-      arrival a;
-      if (keyed()) {
-        if (std::exception_ptr failure = select_key(ex, a)) {
-          out = outcome::failed(std::move(failure));
-          return true;
-        }
+      std::exception_ptr failure;
+      arrival a = keyed() ? keyed_arrival(ex, failure) : arrival{};
+      if (failure) {
+        out = outcome::failed(std::move(failure));
+        return true;
       }
       if (!admit_now(ex, rt, a)) {
         if (keyed()) out.reason = std::move(a.key);
@@ -465,6 +464,30 @@ class gate_step final : public wrapper, public keyed_gate {
   std::exception_ptr select_key(exchange& ex, arrival& a) {
     try {
       a.key = common_.key(ex);
+    } catch (...) {
+      return selector_failure();
+    }
+    return nullptr;
+  }
+
+  // An arrival with the keyed gate's key, which the selector returns straight into it (assigning
+  // it to a made arrival would copy a short key's characters once more); on a throw, an arrival
+  // with no key and the failure as select_key gives it.
+  arrival keyed_arrival(exchange& ex, std::exception_ptr& failure) {
+    try {
+      return arrival{.key = common_.key(ex)};
+    } catch (...) {
+      failure = selector_failure();
+      return arrival{};
+    }
+  }
+
+  // What a throwing key selector fails the exchange with, called in its catch block: an rc::error
+  // as it is, any other exception as RC5001 (retryable) naming the gate's key option, with the
+  // original as cause.
+  std::exception_ptr selector_failure() const {
+    try {
+      throw;
     } catch (const error&) {
       return std::current_exception();
     } catch (...) {
@@ -473,7 +496,6 @@ class gate_step final : public wrapper, public keyed_gate {
                 fmt::format("{}({{ key }}) selector threw: {}", traits.option, message_of(std::current_exception())),
                 true, std::current_exception()));
     }
-    return nullptr;
   }
 
   bool idle(const slot& s, time_point now) const {

@@ -169,28 +169,49 @@ class stored_key {
 
   /// Strong guarantee: if allocating the buffer throws, the old key is kept.
   void assign(std::string_view key, std::uint32_t hash) {
-    if (key.size() > std::numeric_limits<std::uint32_t>::max()) {
-      throw std::length_error("rc::keyed_lru: key longer than 4 GiB");
-    }
     // Branching on the size itself (not on the buffer) lets the compiler see that the inline copy
-    // fits, and allocating first keeps the old key if new throws.
+    // fits; the short key's copy is a few moves, where a call to memmove cost more than it does.
     if (key.size() > inline_capacity) {
-      char* heap = new char[key.size()];
-      std::copy(key.begin(), key.end(), heap);
-      release();
-      const auto size = static_cast<std::uint32_t>(key.size());
-      std::memcpy(bytes_, &heap, sizeof heap);
-      std::memcpy(bytes_ + sizeof heap, &size, sizeof size);
-      bytes_[last] = static_cast<char>(heap_marker);
+      assign_long(key);
     } else {
       release();
-      std::copy(key.begin(), key.end(), bytes_);
+      copy_short(bytes_, key.data(), key.size());
       bytes_[last] = static_cast<char>(key.size());
     }
     hash_ = hash;
   }
 
  private:
+  // Allocating first keeps the old key if new throws.
+  [[gnu::noinline]] void assign_long(std::string_view key) {
+    if (key.size() > std::numeric_limits<std::uint32_t>::max()) {
+      throw std::length_error("rc::keyed_lru: key longer than 4 GiB");
+    }
+    char* heap = new char[key.size()];
+    std::copy(key.begin(), key.end(), heap);
+    release();
+    const auto size = static_cast<std::uint32_t>(key.size());
+    std::memcpy(bytes_, &heap, sizeof heap);
+    std::memcpy(bytes_ + sizeof heap, &size, sizeof size);
+    bytes_[last] = static_cast<char>(heap_marker);
+  }
+
+  // n <= inline_capacity characters: two fixed-size copies that overlap unless n is 8 or 4 (and
+  // for n < 4, the first, middle and last character).
+  static void copy_short(char* to, const char* from, std::size_t n) noexcept {
+    if (n >= 8) {
+      std::memcpy(to, from, 8);
+      std::memcpy(to + n - 8, from + n - 8, 8);
+    } else if (n >= 4) {
+      std::memcpy(to, from, 4);
+      std::memcpy(to + n - 4, from + n - 4, 4);
+    } else if (n > 0) {
+      to[0] = from[0];
+      to[n / 2] = from[n / 2];
+      to[n - 1] = from[n - 1];
+    }
+  }
+
   static constexpr std::size_t last = inline_capacity;  // the byte that tells inline from heap
   static constexpr unsigned char heap_marker = 0xFF;
   static_assert(sizeof(char*) + sizeof(std::uint32_t) <= last);
