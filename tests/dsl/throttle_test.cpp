@@ -552,7 +552,10 @@ TEST_CASE("a step retry declared before a step throttle re-enters the throttle o
 
 // ---- key selector, labels and event fields ---------------------------------------------------
 
-TEST_CASE("a throwing key selector fails only that exchange, with RC5001 (retryable) naming key") {
+// Three exchanges (bodies 0, 1, 2) through a keyed throttle whose selector throws `thrown` for the
+// second: what reached the end, and the route:exchange:failed events.
+template <class Thrown>
+std::pair<std::vector<int>, std::vector<rc::test::recorded_event>> run_throwing_selector(Thrown thrown) {
   rc::context ctx(rc::virtual_time);
   rc::spy<int> out;
   event_recorder events(ctx);
@@ -560,45 +563,38 @@ TEST_CASE("a throwing key selector fails only that exchange, with RC5001 (retrya
               .id("k")
               .from(rc::simple(range(3)))
               .throttle({.rate = 10,
-                         .key = [](const rc::exchange& ex) -> std::string {
-                           if (ex.body<int>() == 1) throw std::runtime_error("no tenant header");
-                           return "tenant";
-                         }})
-              .to(out));
-  ctx.start();
-  ctx.drain();
-  CHECK(out.bodies() == std::vector<int>{0, 2});
-  const auto failed = events.named("route:exchange:failed");
-  REQUIRE(failed.size() == 1);
-  CHECK(error_code(failed[0]) == "RC5001");
-  CHECK(failed[0].details["error"]["retryable"] == true);
-  const auto message = failed[0].details["error"]["message"].get<std::string>();
-  CHECK(message.find("throttle({ key })") != std::string::npos);
-  CHECK(message.find("no tenant header") != std::string::npos);
-  CHECK(events.count("route:throttle:passed") == 2);
-}
-
-TEST_CASE("an rc::error a throttle key selector throws fails that exchange unchanged") {
-  rc::context ctx(rc::virtual_time);
-  rc::spy<int> out;
-  event_recorder events(ctx);
-  ctx.add(rc::craft()
-              .id("k")
-              .from(rc::simple(range(3)))
-              .throttle({.rate = 10,
-                         .key = [](const rc::exchange& ex) -> std::string {
-                           if (ex.body<int>() == 1) throw rc::error(rc::errc::validation, "tenant malformed", false);
+                         .key = [thrown](const rc::exchange& ex) -> std::string {
+                           if (ex.body<int>() == 1) throw thrown;
                            return "tenant-" + std::to_string(ex.body<int>());
                          }})
               .to(out));
   ctx.start();
   ctx.drain();
-  CHECK(out.bodies() == std::vector<int>{0, 2});
-  const auto failed = events.named("route:exchange:failed");
-  REQUIRE(failed.size() == 1);
-  CHECK(error_code(failed[0]) == "RC5002");
-  CHECK(failed[0].details["error"]["retryable"] == false);
-  CHECK(failed[0].details["error"]["message"] == "tenant malformed");
+  CHECK(events.count("route:throttle:passed") == 2);
+  return {out.bodies(), events.named("route:exchange:failed")};
+}
+
+TEST_CASE(
+    "a throwing key selector fails only that exchange, with RC5001 (retryable) naming key, and an rc::error it "
+    "throws passes unchanged") {
+  {
+    const auto [passed, failed] = run_throwing_selector(std::runtime_error("no tenant header"));
+    CHECK(passed == std::vector<int>{0, 2});
+    REQUIRE(failed.size() == 1);
+    CHECK(error_code(failed[0]) == "RC5001");
+    CHECK(failed[0].details["error"]["retryable"] == true);
+    const auto message = failed[0].details["error"]["message"].get<std::string>();
+    CHECK(message.find("throttle({ key })") != std::string::npos);
+    CHECK(message.find("no tenant header") != std::string::npos);
+  }
+  {
+    const auto [passed, failed] = run_throwing_selector(rc::error(rc::errc::validation, "tenant malformed", false));
+    CHECK(passed == std::vector<int>{0, 2});
+    REQUIRE(failed.size() == 1);
+    CHECK(error_code(failed[0]) == "RC5002");
+    CHECK(failed[0].details["error"]["retryable"] == false);
+    CHECK(failed[0].details["error"]["message"] == "tenant malformed");
+  }
 }
 
 TEST_CASE("the label shows on passed events") {
