@@ -196,8 +196,8 @@ class stored_key {
     bytes_[last] = static_cast<char>(heap_marker);
   }
 
-  // n <= inline_capacity characters: two fixed-size copies that overlap unless n is 8 or 4 (and
-  // for n < 4, the first, middle and last character).
+  // n <= inline_capacity characters: two fixed-size copies, one from the front and one to the end,
+  // overlapping in between (for n < 4, the first, middle and last character).
   static void copy_short(char* to, const char* from, std::size_t n) noexcept {
     if (n >= 8) {
       std::memcpy(to, from, 8);
