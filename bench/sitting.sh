@@ -14,7 +14,8 @@
 # RC_HTTP2_RUNS two-thread ones (default 3); RC_SIM_RUNS rc-sim runs (default 3). The HTTP runs
 # take bench/http_load.sh's own settings (RC_BENCH_SECONDS, RC_BENCH_REDIS, ...).
 # RC_SITTING_DIR keeps every run's output there; by default they go to a temporary directory,
-# removed at the end. About 25 minutes with the defaults, the original beside.
+# removed at the end. About 15 minutes with the defaults, the original beside (12 to 14 in the
+# sittings it ran).
 # Run nothing else on the machine meanwhile: every figure is a rate on shared cores.
 set -euo pipefail
 
