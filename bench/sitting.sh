@@ -16,7 +16,10 @@
 # RC_SITTING_DIR keeps every run's output there; by default they go to a temporary directory,
 # removed at the end. About 15 minutes with the defaults, the original beside (12 to 14 in the
 # sittings it ran).
-# Run nothing else on the machine meanwhile: every figure is a rate on shared cores.
+# Run nothing else on the machine meanwhile: every figure is a rate on shared cores. A second
+# sitting started while one runs stops at once (a lock file, ${TMPDIR:-/tmp}/rc-sitting.lock,
+# held by this script alone: the servers and runs it starts do not inherit it): the two would
+# share the cores and void each other's figures.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -30,6 +33,10 @@ http_runs="${RC_HTTP_RUNS:-12}"
 http2_runs="${RC_HTTP2_RUNS:-3}"
 sim_runs="${RC_SIM_RUNS:-3}"
 command -v python3 >/dev/null || { echo "sitting: python3 is not installed" >&2; exit 1; }
+if command -v flock >/dev/null; then
+  exec 9>"${TMPDIR:-/tmp}/rc-sitting.lock"
+  flock -n 9 || { echo "sitting: another sitting is running (${TMPDIR:-/tmp}/rc-sitting.lock)" >&2; exit 1; }
+fi
 ensure_built sitting "$build" rc_bench bench/rc-bench
 ensure_built sitting "$build" rc-sim tools/rc-sim
 
@@ -44,21 +51,21 @@ fi
 echo "# sitting started $(date -u '+%Y-%m-%d %H:%M:%S UTC'), build $build ($(git -C "$root" log -1 --format=%h 2>/dev/null || echo '?'))"
 for ((s = 1; s <= sets; ++s)); do
   if ((s == 1 && pacing > 0)); then
-    RC_PACING="$pacing" RC_PACING_RACE=1 "$here/rounds.sh" "$build" >"$dir/set$s.txt"
+    RC_PACING="$pacing" RC_PACING_RACE=1 "$here/rounds.sh" "$build" >"$dir/set$s.txt" 9>&-
   else
-    RC_PACING=0 "$here/rounds.sh" "$build" >"$dir/set$s.txt"
+    RC_PACING=0 "$here/rounds.sh" "$build" >"$dir/set$s.txt" 9>&-
   fi
   echo "== set $s of $sets"
   grep -v '^R[0-9]' "$dir/set$s.txt"
 done
 
-for ((i = 1; i <= http_runs; ++i)); do "$here/http_load.sh" "$build" >"$dir/http$i.txt"; done
+for ((i = 1; i <= http_runs; ++i)); do "$here/http_load.sh" "$build" >"$dir/http$i.txt" 9>&-; done
 for ((i = 1; i <= http2_runs; ++i)); do
-  RC_BENCH_THREADS=2 RC_BENCH_PIN=0 RC_BENCH_EXPRESS=0 "$here/http_load.sh" "$build" >"$dir/http2t$i.txt"
+  RC_BENCH_THREADS=2 RC_BENCH_PIN=0 RC_BENCH_EXPRESS=0 "$here/http_load.sh" "$build" >"$dir/http2t$i.txt" 9>&-
 done
 for ((i = 1; i <= sim_runs; ++i)); do
   # Wall time and peak RSS of the one child, as the README's rc-sim target counts them.
-  python3 - "$build/tools/rc-sim" "$root/tests/tools/scenarios/million.json" >"$dir/sim$i.txt" <<'PY'
+  python3 - "$build/tools/rc-sim" "$root/tests/tools/scenarios/million.json" >"$dir/sim$i.txt" 9>&- <<'PY'
 import resource, subprocess, sys, time
 start = time.monotonic()
 subprocess.run([sys.argv[1], sys.argv[2], "--quiet"], check=True, stdout=subprocess.DEVNULL)
