@@ -60,6 +60,7 @@
 
 #include "http_internal.hpp"
 #include "http_request_reader.hpp"
+#include "http_routes.hpp"
 #include "rc/context.hpp"
 #include "rc/error.hpp"
 #include "rc/prometheus.hpp"
@@ -115,112 +116,10 @@ constexpr std::size_t watch_limit = 64 * 1024;  // pipelined bytes kept while a 
 constexpr std::size_t overflow_limit = 256;     // connections being turned away at once
 constexpr auto linger_time = std::chrono::seconds(2);
 
-// ---- path patterns ----------------------------------------------------------------------------
+// ---- routes ----------------------------------------------------------------------------------
 
-std::string_view strip_trailing_slash(std::string_view p) {
-  if (p.size() > 1 && p.back() == '/') p.remove_suffix(1);
-  return p;
-}
-
-// Calls f(segment) for each segment of "/a/b/c"; stops early when f returns false.
-template <class F>
-bool for_each_segment(std::string_view path, F f) {
-  path = strip_trailing_slash(path);
-  if (path == "/") return true;
-  std::size_t start = 1;
-  while (start <= path.size()) {
-    auto slash = path.find('/', start);
-    if (slash == std::string_view::npos) slash = path.size();
-    if (!f(path.substr(start, slash - start))) return false;
-    start = slash + 1;
-  }
-  return true;
-}
-
-struct path_pattern {
-  struct segment {
-    std::string text;
-    bool param = false;
-  };
-  std::vector<segment> segments;
-  bool wildcard = false;
-  int literals = 0;
-  int params = 0;
-  bool literal_only = false;  // no parameter, no wildcard: `literal` is the whole pattern
-  std::string literal;        // "/" followed by the segments joined with '/'
-
-  static path_pattern parse(std::string_view path) {
-    path_pattern p;
-    path = strip_trailing_slash(path);
-    if (path.size() >= 2 && path.substr(path.size() - 2) == "/*") {
-      p.wildcard = true;
-      path = path.substr(0, path.size() - 2);
-      if (path.empty()) path = "/";
-    }
-    for_each_segment(path, [&](std::string_view s) {
-      if (!s.empty() && s.front() == ':') {
-        p.segments.push_back({std::string(s.substr(1)), true});
-        ++p.params;
-      } else {
-        p.segments.push_back({std::string(s), false});
-        ++p.literals;
-      }
-      return true;
-    });
-    if (!p.wildcard && p.params == 0) {
-      p.literal_only = true;
-      p.literal = "/";
-      for (std::size_t i = 0; i < p.segments.size(); ++i) {
-        if (i > 0) p.literal += '/';
-        p.literal += p.segments[i].text;
-      }
-    }
-    return p;
-  }
-
-  [[gnu::always_inline]] bool match(std::string_view path, http_headers* captured) const {
-    // A pattern of literal segments only matches exactly its own text (a trailing slash aside):
-    // one comparison, inline where the server tries each route, instead of a walk over the
-    // segments. Paths not starting with '/' take the walk, which reads them its own way.
-    if (literal_only && !path.empty() && path.front() == '/') return strip_trailing_slash(path) == literal;
-    return walk(path, captured);
-  }
-
- private:
-  bool walk(std::string_view path, http_headers* captured) const {
-    std::size_t i = 0;         // segments matched so far
-    std::size_t consumed = 0;  // characters of `path` they cover
-    bool overflow = false;     // the path has segments left when the pattern has none
-    const std::string_view stripped = strip_trailing_slash(path);
-    const bool ok = for_each_segment(path, [&](std::string_view s) {
-      if (i == segments.size()) {
-        overflow = true;
-        return false;
-      }
-      const auto& seg = segments[i];
-      if (seg.param) {
-        if (s.empty()) return false;
-        if (captured) captured->emplace_back(seg.text, http_detail::percent_decode(s, false));
-      } else if (s != seg.text) {
-        return false;
-      }
-      ++i;
-      consumed = static_cast<std::size_t>(s.data() + s.size() - stripped.data());
-      return true;
-    });
-    if (ok) {
-      if (i != segments.size()) return false;
-      if (wildcard && captured) captured->emplace_back("*", "");
-      return true;
-    }
-    if (!wildcard || !overflow) return false;
-    // The pattern is exhausted and the path goes on: the wildcard takes the rest.
-    std::string_view rest = stripped.substr(std::min(consumed, stripped.size()));
-    if (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
-    if (captured) captured->emplace_back("*", http_detail::percent_decode(rest, false));
-    return true;
-  }
-};
+using http_detail::path_pattern;
+using http_detail::strip_trailing_slash;
 
 struct route_entry {
   std::string method;
@@ -355,12 +254,14 @@ class server : public std::enable_shared_from_this<server> {
     builtin_paths_ = std::move(paths);
     any_builtin_ = std::any_of(builtin_paths_.begin(), builtin_paths_.end(), [](const auto& p) { return !p.empty(); });
     routes_.push_back(std::move(e));
+    reindex();
   }
 
   /// Returns true when no route is left.
   bool remove(route_runtime* rt) {
     std::lock_guard lock(mutex_);
     std::erase_if(routes_, [&](const route_entry& e) { return e.route == rt; });
+    reindex();
     return routes_.empty();
   }
 
@@ -376,20 +277,11 @@ class server : public std::enable_shared_from_this<server> {
           return m;
         }
     }
-    for (const auto& e : routes_) {
-      if (!e.pattern.match(path, nullptr)) continue;
-      m.path_found = true;
-      const bool method_ok = e.method == "*" || e.method == method || (method == "HEAD" && e.method == "GET");
-      if (!method_ok) {
-        if (m.allow.find(e.method) == std::string::npos) {
-          if (!m.allow.empty()) m.allow += ", ";
-          m.allow += e.method;
-          if (e.method == "GET" && m.allow.find("HEAD") == std::string::npos) m.allow += ", HEAD";
-        }
-        continue;
-      }
-      if (!best || better(e, *best, method)) best = &e;
-    }
+    // The routes are tried in the order they were added: all of them, or (from index_from routes
+    // on) those the index names, which include every one that matches: the same route wins.
+    const bool narrowed = indexed_ && routes_.size() >= index_from && consider_indexed(method, path, m, best);
+    if (!narrowed)
+      for (const auto& e : routes_) consider(e, method, path, m, best);
     if (best) {
       best->pattern.match(path, &params);
       m.route = best->route;
@@ -465,6 +357,49 @@ class server : public std::enable_shared_from_this<server> {
   void shutdown();
 
  private:
+  // From this many routes on, match() asks the index which may match instead of trying each.
+  static constexpr std::size_t index_from = 8;
+
+  // match()'s test of one route: whether it serves the path, for this method (else its method
+  // joins Allow), and whether it beats the best so far.
+  [[gnu::always_inline]] static void consider(const route_entry& e, std::string_view method, std::string_view path,
+                                              route_match& m, const route_entry*& best) {
+    if (!e.pattern.match(path, nullptr)) return;
+    m.path_found = true;
+    const bool method_ok = e.method == "*" || e.method == method || (method == "HEAD" && e.method == "GET");
+    if (!method_ok) {
+      if (m.allow.find(e.method) == std::string::npos) {
+        if (!m.allow.empty()) m.allow += ", ";
+        m.allow += e.method;
+        if (e.method == "GET" && m.allow.find("HEAD") == std::string::npos) m.allow += ", HEAD";
+      }
+      return;
+    }
+    if (!best || better(e, *best, method)) best = &e;
+  }
+
+  // match() over the routes the index names; false (nothing tried) for a path it cannot narrow.
+  [[gnu::noinline]] bool consider_indexed(std::string_view method, std::string_view path, route_match& m,
+                                          const route_entry*& best) const {
+    thread_local std::vector<std::uint32_t> candidates;
+    if (!index_.candidates(path, candidates)) return false;
+    for (const std::uint32_t i : candidates) consider(routes_[i], method, path, m, best);
+    return true;
+  }
+
+  // Never throws: an index that could not be made is not used, and every route is tried.
+  void reindex() noexcept {
+    indexed_ = false;
+    try {
+      std::vector<const path_pattern*> patterns;
+      patterns.reserve(routes_.size());
+      for (const auto& r : routes_) patterns.push_back(&r.pattern);
+      index_.rebuild(patterns);
+      indexed_ = true;
+    } catch (...) {
+    }
+  }
+
   static bool better(const route_entry& a, const route_entry& b, std::string_view method) {
     // More literal segments, then fewer parameters, then no wildcard, then an exact method.
     if (a.pattern.literals != b.pattern.literals) return a.pattern.literals > b.pattern.literals;
@@ -486,8 +421,10 @@ class server : public std::enable_shared_from_this<server> {
   asio::steady_timer retry_timer_;
   std::uint16_t port_ = 0;
   std::string listener_;      // "127.0.0.1:8080": the metrics' label
-  mutable std::mutex mutex_;  // routes_, builtin_paths_, live_
+  mutable std::mutex mutex_;  // routes_ and their index, builtin_paths_, live_
   std::vector<route_entry> routes_;
+  http_detail::route_index index_;            // of routes_, by their numbers there
+  bool indexed_ = false;                      // index_ describes routes_
   std::array<std::string, 3> builtin_paths_;  // by builtin; empty: off (no trailing slash)
   bool any_builtin_ = false;
   std::array<std::atomic<std::uint64_t>, 500> responses_{};  // by status - 100

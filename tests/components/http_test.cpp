@@ -264,6 +264,43 @@ TEST_CASE("http: routes on one server are chosen by method and path, and the fin
   CHECK(*r.header("Allow") == "GET, HEAD");
 }
 
+// What a server with the given routes (plus `fillers` more that match none of the requests)
+// answers to a fixed list of requests: status, body and Allow header, one line per request.
+std::vector<std::string> routing_answers(int fillers) {
+  rc::context ctx(quick_stop());
+  auto first = rc::http_source({.path = "/items/:id"});
+  ctx.add(rc::craft().id("param").from(first).transform([](rc::http_request) { return std::string("param"); }));
+  const auto answer = [&](std::string id, rc::http_source_options o) {
+    ctx.add(rc::craft().id(id).from(rc::http_source(std::move(o))).transform([id](rc::http_request) { return id; }));
+  };
+  answer("literal", {.path = "/items/new"});
+  answer("wild", {.path = "/items/*"});
+  answer("create", {.path = "/items", .method = "POST"});
+  answer("teapot", {.path = "/teapot", .method = "*"});
+  answer("any-new", {.path = "/:kind/new", .method = "DELETE"});
+  for (int i = 0; i < fillers; ++i) answer(fmt::format("filler{}", i), {.path = fmt::format("/filler/{}", i)});
+  running run(ctx);
+  std::vector<std::string> out;
+  for (const std::string& raw :
+       {get("/items/new"), get("/items/7"), get("/items/7/parts"), get("/items"), post("/items", "{}"),
+        std::string("DELETE /teapot HTTP/1.1\r\nHost: t\r\n\r\n"),
+        std::string("DELETE /items/new HTTP/1.1\r\nHost: t\r\n\r\n"),
+        std::string("PUT /items/new HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n"), get("/nowhere/"), get("/")}) {
+    const reply r = request(first.port(), raw);
+    const std::string* allow = r.header("Allow");
+    out.push_back(fmt::format("{} {} {}", r.status, r.status == 200 ? r.body : "", allow ? *allow : ""));
+  }
+  return out;
+}
+
+TEST_CASE("http: a server with many routes chooses among them as one with few does") {
+  // From eight routes on the server looks a path's routes up in an index instead of trying each.
+  const auto few = routing_answers(0);
+  CHECK(few[0] == "200 literal ");            // more literal segments win
+  CHECK(few[7] == "405  GET, HEAD, DELETE");  // every method served at the path, in route order
+  CHECK(routing_answers(6) == few);
+}
+
 TEST_CASE("http: a GET route answers HEAD with the headers and no body") {
   rc::context ctx(quick_stop());
   auto src = rc::http_source({.path = "/doc"});
