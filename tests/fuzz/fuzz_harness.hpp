@@ -31,4 +31,8 @@ void scenario(std::string_view input);
 /// byte chooses the entry point; lines are fields. Bad options are RC5003, nothing else.
 void http_options(std::string_view input);
 
+/// The HTTP server's route index: patterns, a blank line, paths (one per line). Every route whose
+/// pattern matches a path must be a candidate for it, named once, in ascending order.
+void http_routes(std::string_view input);
+
 }  // namespace rc::fuzz

@@ -69,6 +69,10 @@ TEST_CASE("http options: every corpus and regression input is accepted sensibly,
   replay("http_options", rc::fuzz::http_options, 10);
 }
 
+TEST_CASE("http routes: for every corpus and regression input the index names every matching route", "[fuzz]") {
+  replay("http_routes", rc::fuzz::http_routes, 5);
+}
+
 // Found by fuzz_http_request: Beast asserted, aborting a Debug server, when the last chunk of a
 // body came first and exactly one more byte followed it in a later read.
 TEST_CASE("http request reader: a last chunk then one more byte waits for the rest, then completes", "[fuzz]") {

@@ -9,7 +9,7 @@ build=${1:?usage: tests/fuzz/run.sh BUILD_DIR [SECONDS]}
 seconds=${2:-60}
 here="$(cd "$(dirname "$0")" && pwd)"
 mkdir -p "$build/fuzz-artifacts"
-for target in http_request scenario http_options; do
+for target in http_request scenario http_options http_routes; do
   work="$build/fuzz-corpus/$target"
   mkdir -p "$work"
   args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=16384 -print_final_stats=1
