@@ -247,8 +247,10 @@ class gate_step final : public wrapper, public keyed_gate {
     if constexpr (traits.waits) {
       std::terminate();  // never synchronous
     } else {
-      arrival a;
-      if (std::exception_ptr failure = select_and_decide(ex, rt, a)) return outcome::failed(std::move(failure));
+      std::exception_ptr failure;
+      arrival a = arrival_of(ex, failure);
+      if (!failure) failure = decide_now(ex, rt, a, nullptr);
+      if (failure) return outcome::failed(std::move(failure));
       if (a.decision.refused()) return refuse(ex, rt, a);
       emit_passed(ex, rt, a, false, a.now);
       if constexpr (has_outcome) {
@@ -276,7 +278,7 @@ class gate_step final : public wrapper, public keyed_gate {
     } else {
       if (!inner_is_sync()) return false;
       std::exception_ptr failure;
-      arrival a = keyed() ? keyed_arrival(ex, failure) : arrival{};
+      arrival a = arrival_of(ex, failure);
       if (failure) {
         out = outcome::failed(std::move(failure));
         return true;
@@ -341,14 +343,14 @@ class gate_step final : public wrapper, public keyed_gate {
   // or not yet selected run keeps no room for it).
   template <class Selected>
   task<outcome> run_from(exchange& ex, route_runtime& rt, Selected selected) {
-    arrival a;
     std::exception_ptr failure;  // one slot in the frame for both decisions
-    if constexpr (std::is_same_v<Selected, std::string>) {
-      a.key = std::move(selected);
-      failure = decide_now(ex, rt, a, nullptr);
-    } else {
-      failure = select_and_decide(ex, rt, a);
-    }
+    arrival a = [&]() -> arrival {
+      if constexpr (std::is_same_v<Selected, std::string>)
+        return arrival{.key = std::move(selected)};
+      else
+        return arrival_of(ex, failure);
+    }();
+    if (!failure) failure = decide_now(ex, rt, a, nullptr);
     if (failure) co_return outcome::failed(std::move(failure));
     if (a.decision.refused()) co_return refuse(ex, rt, a);
     bool waited = false;
@@ -450,30 +452,12 @@ class gate_step final : public wrapper, public keyed_gate {
     return true;
   }
 
-  // The key, then the first decision. Null, or what the selector or the limiter threw. A
-  // selector that throws fails the exchange like any user callback: an rc::error as it is, any
-  // other exception as RC5001 (retryable) naming the gate's key option, with the original as cause.
-  std::exception_ptr select_and_decide(exchange& ex, route_runtime& rt, arrival& a) {
-    if (keyed()) {
-      if (std::exception_ptr failure = select_key(ex, a)) return failure;
-    }
-    return decide_now(ex, rt, a, nullptr);
-  }
-
-  // A keyed gate's key into a.key. Null, or what the selector threw, as the exchange's failure.
-  std::exception_ptr select_key(exchange& ex, arrival& a) {
-    try {
-      a.key = common_.key(ex);
-    } catch (...) {
-      return selector_failure();
-    }
-    return nullptr;
-  }
-
-  // An arrival with the keyed gate's key, which the selector returns straight into it (assigning
-  // it to a made arrival would copy a short key's characters once more); on a throw, an arrival
-  // with no key and the failure as select_key gives it.
-  arrival keyed_arrival(exchange& ex, std::exception_ptr& failure) {
+  // The exchange's arrival, before its first decision: with its key for a keyed gate, which the
+  // selector returns straight into it (assigning it to a made arrival would copy a short key's
+  // characters once more). When the selector throws, an arrival with no key, and in `failure`
+  // what the exchange fails with (selector_failure).
+  arrival arrival_of(exchange& ex, std::exception_ptr& failure) {
+    if (!keyed()) return arrival{};
     try {
       return arrival{.key = common_.key(ex)};
     } catch (...) {
