@@ -254,14 +254,14 @@ class server : public std::enable_shared_from_this<server> {
     builtin_paths_ = std::move(paths);
     any_builtin_ = std::any_of(builtin_paths_.begin(), builtin_paths_.end(), [](const auto& p) { return !p.empty(); });
     routes_.push_back(std::move(e));
-    reindex();
+    index_stale_ = true;
   }
 
   /// Returns true when no route is left.
   bool remove(route_runtime* rt) {
     std::lock_guard lock(mutex_);
     std::erase_if(routes_, [&](const route_entry& e) { return e.route == rt; });
-    reindex();
+    index_stale_ = true;
     return routes_.empty();
   }
 
@@ -278,8 +278,13 @@ class server : public std::enable_shared_from_this<server> {
         }
     }
     // The routes are tried in the order they were added: all of them, or (from index_from routes
-    // on) those the index names, which include every one that matches: the same route wins.
-    const bool narrowed = indexed_ && routes_.size() >= index_from && consider_indexed(method, path, m, best);
+    // on) those the index names, which include every one that matches: the same route wins. The
+    // index is made when first needed after the routes changed, not on every change.
+    bool narrowed = false;
+    if (routes_.size() >= index_from) {
+      if (index_stale_) reindex();
+      narrowed = indexed_ && consider_indexed(method, path, m, best);
+    }
     if (!narrowed)
       for (const auto& e : routes_) consider(e, method, path, m, best);
     if (best) {
@@ -387,8 +392,10 @@ class server : public std::enable_shared_from_this<server> {
     return true;
   }
 
-  // Never throws: an index that could not be made is not used, and every route is tried.
-  void reindex() noexcept {
+  // Never throws: an index that could not be made is not used (every route is tried) until the
+  // routes change again.
+  void reindex() const noexcept {
+    index_stale_ = false;
     indexed_ = false;
     try {
       std::vector<const path_pattern*> patterns;
@@ -423,8 +430,9 @@ class server : public std::enable_shared_from_this<server> {
   std::string listener_;      // "127.0.0.1:8080": the metrics' label
   mutable std::mutex mutex_;  // routes_ and their index, builtin_paths_, live_
   std::vector<route_entry> routes_;
-  http_detail::route_index index_;            // of routes_, by their numbers there
-  bool indexed_ = false;                      // index_ describes routes_
+  mutable http_detail::route_index index_;    // of routes_, by their numbers there
+  mutable bool index_stale_ = true;           // routes_ changed since index_ was made
+  mutable bool indexed_ = false;              // index_ describes routes_
   std::array<std::string, 3> builtin_paths_;  // by builtin; empty: off (no trailing slash)
   bool any_builtin_ = false;
   std::array<std::atomic<std::uint64_t>, 500> responses_{};  // by status - 100
