@@ -7,6 +7,7 @@
 #include <string>
 
 #include "support/dsl_support.hpp"
+#include "support/traffic.hpp"
 
 namespace circuit_breaker_test {
 
@@ -401,6 +402,46 @@ TEST_CASE("circuit_breaker: several worker threads share one breaker consistentl
   CHECK(calls.load() >= 50);
   CHECK(events.count("route:exchange:failed") == 2000);
   CHECK(static_cast<int>(events.count("route:circuitBreaker:rejected")) == 2000 - calls.load());
+}
+
+// ---- the fast failure's error ---------------------------------------------------------------
+
+TEST_CASE("an RC5025 fast failure names the breaker, its state and key, and reads in full after the context is gone") {
+  struct variant {
+    bool route_scope;
+    std::string label;
+    bool keyed;
+    std::string message;
+  };
+  const auto v =
+      GENERATE(variant{false, "inventory", false, "circuit breaker of inventory is open; retry after 30000ms"},
+               variant{true, "", false, "circuit breaker of route \"r\" is open; retry after 30000ms"},
+               variant{false, "", true, "circuit breaker of to is open for key \"a\"; retry after 30000ms"});
+  CAPTURE(v.message);
+  std::optional<rc::error> fast;
+  {
+    rc::context ctx(rc::virtual_time);
+    rc::test::traffic_log log;
+    rc::circuit_breaker_options o{.failure_threshold = 1, .label = v.label};
+    if (v.keyed) o.key = rc::by_header("x-client");
+    auto fail = [](int) { throw std::runtime_error("down"); };
+    if (v.route_scope)
+      ctx.add(rc::craft().id("r").circuit_breaker(o).from(rc::test::traffic(rc::test::burst(2), log)).to(fail));
+    else
+      ctx.add(rc::craft().id("r").from(rc::test::traffic(rc::test::burst(2), log)).circuit_breaker(o).to(fail));
+    ctx.start();
+    ctx.drain();
+    ctx.stop();
+    REQUIRE(log[2].failure);
+    fast = *log[2].failure;  // a copy, taken before anything was read
+  }
+  CHECK(fast->code() == rc::errc::circuit_open);
+  CHECK_FALSE(fast->retryable());
+  CHECK(fast->message() == v.message);
+  CHECK(std::string(fast->what()) == "RC5025: " + v.message);
+  nlohmann::json details = {{"retry_after_ms", 30000.0}, {"state", "open"}};
+  if (v.keyed) details["key"] = "a";
+  CHECK(fast->details() == details);
 }
 
 }  // namespace circuit_breaker_test

@@ -471,4 +471,44 @@ TEST_CASE("reject mode around a synchronous step takes and releases a slot for e
   CHECK(events.named("route:concurrency:acquired").at(0).details["stepLabel"] == "transform");
 }
 
+TEST_CASE("an RC5026 rejection says which bound refused it, and reads in full after the context is gone") {
+  struct variant {
+    rc::concurrency_options options;
+    std::vector<rc::test::request> script;
+    std::string message;
+    nlohmann::json details;
+  };
+  const auto v = GENERATE(variant{{.max = 1, .mode = rc::concurrency_mode::reject, .label = "db"},
+                                  burst(2),
+                                  "concurrency rejected the exchange: all 1 slots are in use",
+                                  {{"gate", "concurrency"}, {"reason", "busy"}, {"max", 1}, {"label", "db"}}},
+                          variant{{.max = 1, .max_queue = 1},
+                                  burst(3),
+                                  "concurrency rejected the exchange: the queue is full (1 waiting)",
+                                  {{"gate", "concurrency"}, {"reason", "queue-full"}, {"max", 1}}},
+                          variant{{.max = 1, .key = by_client, .max_keys = 1},
+                                  burst(1, 0ms, "a") + burst(1, 0ms, "b") + burst(1, 0ms, "b"),
+                                  "concurrency rejected the exchange: all 1 keys are busy (max_keys) for key \"b\"",
+                                  {{"gate", "concurrency"}, {"reason", "busy"}, {"max", 1}, {"key", "b"}}});
+  CAPTURE(v.message);
+  std::optional<rc::error> rejected;
+  {
+    rc::context ctx(rc::virtual_time);
+    auto work = std::make_shared<work_log>();
+    traffic_log log;
+    ctx.add(rc::craft().id("c").from(traffic(v.script, log)).concurrency(v.options).to(slow_work(100ms, work)));
+    ctx.start();
+    ctx.drain();
+    ctx.stop();
+    const int last = static_cast<int>(v.script.size());
+    REQUIRE(log[last].failure);
+    rejected = *log[last].failure;  // a copy, taken before anything was read
+  }
+  CHECK(rejected->code() == rc::errc::concurrency_limited);
+  CHECK(rejected->retryable());
+  CHECK(rejected->message() == v.message);
+  CHECK(std::string(rejected->what()) == "RC5026: " + v.message);
+  CHECK(rejected->details() == v.details);
+}
+
 }  // namespace concurrency_test

@@ -173,6 +173,9 @@ TEST_CASE("a delay that would reach the caller's deadline fails fast with RC5013
     CHECK(resp.note("slowDown")->retry_after == 10s);
   }
   CHECK(r.log[5].failure->details()["delay_ms"] == 4000.0);
+  CHECK(r.log[5].failure->message() ==
+        "slow_down refused the exchange: its delay of 4000ms would reach its deadline in 4000ms (key \"a\", hit 5). "
+        "Retry after ~10000ms.");
   CHECK(r.log[6].failure->details()["hits"] == 6);
   // Refused requests still count: request 7 is hit 7.
   CHECK(r.log[7].note("slowDown")->used == 7);

@@ -459,6 +459,46 @@ TEST_CASE("an RC5013 refusal carries retry_after_ms in its details and the same 
   CHECK(rejected[0].details["retryAfterMs"].get<double>() == 1000.0);
 }
 
+TEST_CASE("a throttle refusal's message and details are built on first read, exactly, and outlive the context") {
+  std::optional<rc::error> refused;
+  {
+    rc::context ctx(rc::virtual_time);
+    rc::spy<int> out;
+    traffic_log log;
+    ctx.add(
+        rc::craft()
+            .id("rej")
+            .from(traffic(burst(2), log))
+            .throttle(
+                {.rate = 1, .mode = rc::throttle_mode::reject, .key = rc::by_header("x-client"), .label = "per-client"})
+            .to(out));
+    ctx.start();
+    ctx.drain();
+    ctx.stop();
+    REQUIRE(log[2].refused());
+    refused = *log[2].failure;  // a copy, taken before anything was read
+  }
+  // The context, its route and the gate are gone; the error still reads in full.
+  const rc::error& err = *refused;
+  CHECK(err.code() == rc::errc::rate_limited);
+  CHECK(err.retryable());
+  const rc::error copy_before = err;
+  const std::string message = "throttle rejected the exchange: rate limit exceeded for key \"a\". Retry after ~1000ms.";
+  CHECK(err.message() == message);
+  CHECK(std::string(err.what()) == "RC5013: " + message);
+  CHECK(err.details() ==
+        nlohmann::json{{"gate", "throttle"}, {"retry_after_ms", 1000.0}, {"key", "a"}, {"label", "per-client"}});
+  for (const char* field : {"retry_after_ms", "gate", "key", "label", "status", "headers"}) {
+    CAPTURE(field);
+    const nlohmann::json* one = copy_before.detail(field);
+    const auto it = err.details().find(field);
+    REQUIRE((one != nullptr) == (it != err.details().end()));
+    if (one) CHECK(*one == *it);
+  }
+  CHECK(copy_before.message() == message);
+  CHECK(copy_before.details() == err.details());
+}
+
 // ---- backlog bounds (beyond the reference) -------------------------------------------------
 
 TEST_CASE("max_wait refuses with RC5013 an exchange whose wait would exceed it, and takes no token") {

@@ -112,6 +112,36 @@ class error : public std::exception {
   mutable std::atomic<bool> ready_{false};    // deferred fields built
 };
 
+namespace detail {
+template <class Fields>
+class deferred_fields final : public error::deferred {
+ public:
+  explicit deferred_fields(Fields fields) : fields_(std::move(fields)) {}
+  std::string message() const override { return fields_.message(); }
+  nlohmann::json details() const override { return fields_.details(); }
+  const nlohmann::json* field(std::string_view name) const noexcept override {
+    if constexpr (requires { fields_.field(name); })
+      return fields_.field(name);
+    else
+      return nullptr;
+  }
+
+ private:
+  Fields fields_;
+};
+}  // namespace detail
+
+/// An error whose message and details are built when first read, from `fields`: a value with
+/// `std::string message() const` and `nlohmann::json details() const` (an object), and
+/// optionally `const nlohmann::json* field(std::string_view) const noexcept` for the details it
+/// can answer one by one. For raise sites on a hot path (a refusal, a fast failure) whose error
+/// is mostly let go unread: it costs one allocation for `fields` instead of a formatted message
+/// and a JSON object. `fields` must own what it reads: the error may outlive its raise site.
+template <class Fields>
+error deferred_error(errc code, bool retryable, Fields fields) {
+  return error(code, std::make_shared<const detail::deferred_fields<Fields>>(std::move(fields)), retryable);
+}
+
 /// Turns any exception into an rc::error: rc::error passes through unchanged; anything else
 /// becomes RC5001 (retryable) with the original message and the original as cause.
 error to_error(const std::exception_ptr& e);

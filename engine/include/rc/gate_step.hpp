@@ -31,7 +31,9 @@
 //   schedule after a stall) the next becomes head. Shutdown (the route's intake fires) admits a
 //   waiting exchange at once. A gone client (the exchange's abort signal fires) drops it as
 //   "client-gone"; a queued one also gives its place back (give_back) and those behind move up;
-// - the refusal: RC5013, retryable, details {gate, retry_after_ms, key, label, ...};
+// - the refusal: RC5013, retryable, details {gate, retry_after_ms, key, label, ...}; its message
+//   and details are built when first read (error::deferred), so a refusal nobody reads costs two
+//   small allocations, not a formatted message and a JSON object copied into the exception;
 // - the events passed / delayed / rejected: typed details (rc::gate_event: identity, key, overflow,
 //   hits), rendered as JSON (plus the gate's fields) only when a subscriber reads them;
 // - the counters (rc/metrics.hpp) behind the same three, bumped where the decision is taken,
@@ -49,8 +51,9 @@
 //   bool idle(const state&, time_point now) const;       forgetting it would change nothing
 //   gate_decision decide(state&, const gate_arrival&, ticket&);   may throw: fails the exchange
 //   void fields(nlohmann::json&, const ticket&, const gate_decision&, event_id) const;
-//   std::string refusal_text(const ticket&, const gate_decision&, std::optional<std::string_view> key) const;
-//   void refusal_details(nlohmann::json&, const ticket&, const gate_decision&) const;
+//   static std::string refusal_text(const ticket&, const gate_decision&, std::optional<std::string_view> key);
+//   static void refusal_details(nlohmann::json&, const ticket&, const gate_decision&);
+//     (static: a refusal's error builds its text from these when first read, maybe after the gate is gone)
 // and, as traits say:
 //   queues:          duration head_wait(const state&, time_point, uint32 queued) const;
 //                    void head_admitted(state&, time_point, uint32 queued);  void give_back(state&, time_point);
@@ -759,17 +762,46 @@ class gate_step final : public wrapper, public keyed_gate {
     if constexpr (has_refusal) {
       return limiter_.refusal(keyed() ? std::string_view(a.key) : std::string_view{}, a.t, a.decision);
     } else {
-      const double ms = to_ms(a.decision.wait);
-      std::string msg =
-          limiter_.refusal_text(a.t, a.decision, keyed() ? std::optional<std::string_view>(a.key) : std::nullopt);
-      msg += fmt::format(". Retry after ~{}ms.", static_cast<long long>(std::ceil(ms)));
-      nlohmann::json details = {{"gate", traits.gate}, {"retry_after_ms", ms}};
-      if (keyed()) details["key"] = a.key;
-      if (!common_.label.empty()) details["label"] = common_.label;
-      limiter_.refusal_details(details, a.t, a.decision);
-      return error(errc::rate_limited, std::move(msg), true, nullptr, std::move(details));
+      return deferred_error(errc::rate_limited, true, refusal_fields(refusal_label_, keyed(), a));
     }
   }
+
+  // One refusal's RC5013 message and details (deferred_error), from what the refusal copied: the
+  // limiter's text functions are static and the label shared, as the error may outlive the gate.
+  // A transport that maps a refusal to a status reads retry_after_ms alone, without the rest.
+  struct refusal_fields {
+    refusal_fields(std::shared_ptr<const std::string> label, bool keyed, const arrival& a)
+        : label_(std::move(label)),
+          key_(keyed ? a.key : std::string()),
+          keyed_(keyed),
+          t_(a.t),
+          decision_(a.decision),
+          retry_after_ms_(to_ms(a.decision.wait)) {}
+
+    std::string message() const {
+      std::string msg = L::refusal_text(t_, decision_, keyed_ ? std::optional<std::string_view>(key_) : std::nullopt);
+      msg += fmt::format(". Retry after ~{}ms.", static_cast<long long>(std::ceil(to_ms(decision_.wait))));
+      return msg;
+    }
+    nlohmann::json details() const {
+      nlohmann::json details = {{"gate", traits.gate}, {"retry_after_ms", retry_after_ms_}};
+      if (keyed_) details["key"] = key_;
+      if (!label_->empty()) details["label"] = *label_;
+      L::refusal_details(details, t_, decision_);
+      return details;
+    }
+    const nlohmann::json* field(std::string_view name) const noexcept {
+      return name == "retry_after_ms" ? &retry_after_ms_ : nullptr;
+    }
+
+   private:
+    std::shared_ptr<const std::string> label_;
+    std::string key_;
+    bool keyed_;
+    ticket t_;
+    gate_decision decision_;
+    nlohmann::json retry_after_ms_;
+  };
 
   nlohmann::json fields(const exchange& ex, const route_runtime& rt, const arrival& a, event_id which) const {
     auto j = identity(ex, rt, common_.label);
@@ -848,6 +880,8 @@ class gate_step final : public wrapper, public keyed_gate {
   std::atomic<std::uint32_t> overflow_waiters_{0};  // single_.waiters, for a look without its lock
   [[no_unique_address]] sketch_type sketch_;        // the overflow of a hit-counting gate (one part)
   wait_queue single_queue_;
+  // The label every refusal's deferred fields share (refusal_fields).
+  std::shared_ptr<const std::string> refusal_label_ = std::make_shared<const std::string>(common_.label);
 };
 
 /// Builds a gate from a limiter (validated already) and the shared options.

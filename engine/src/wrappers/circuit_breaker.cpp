@@ -203,17 +203,40 @@ class breaker_step final : public wrapper {
     return open_error(p, rt, key);
   }
 
+  // A fast failure's RC5025, its message and details built when first read (an outage's flood of
+  // them is mostly let go unread). What it names is copied: the error may outlive the breaker.
+  struct open_fields {
+    std::string name;  // the breaker's label, the route's id (route scope) or the step's label
+    bool route_id = false;
+    std::string key;
+    bool keyed = false;
+    breaker::state state = breaker::state::open;
+    duration retry_after{};
+
+    std::string message() const {
+      return fmt::format("circuit breaker of {}{}{} is {}{}; retry after {}ms", route_id ? "route \"" : "", name,
+                         route_id ? "\"" : "", to_string(state), keyed ? " for key \"" + key + "\"" : std::string(),
+                         to_ms(retry_after));
+    }
+    nlohmann::json details() const {
+      nlohmann::json details = {{"retry_after_ms", to_ms(retry_after)}, {"state", to_string(state)}};
+      if (keyed) details["key"] = key;
+      return details;
+    }
+  };
+
   outcome open_error(const pass& p, route_runtime& rt, const std::string& key) const {
-    nlohmann::json details = {{"retry_after_ms", to_ms(p.retry_after)}, {"state", to_string(p.state)}};
-    if (options_.key) details["key"] = key;
-    const std::string name = !options_.label.empty()      ? options_.label
-                             : scope_ == rc::scope::route ? "route \"" + rt.id() + "\""
-                                                          : std::string(label());
-    return outcome::failed(std::make_exception_ptr(
-        error(errc::circuit_open,
-              fmt::format("circuit breaker of {} is {}{}; retry after {}ms", name, to_string(p.state),
-                          options_.key ? " for key \"" + key + "\"" : std::string(), to_ms(p.retry_after)),
-              false, nullptr, std::move(details))));
+    const bool route_id = options_.label.empty() && scope_ == rc::scope::route;
+    return outcome::failed(
+        std::make_exception_ptr(deferred_error(errc::circuit_open, false,
+                                               open_fields{.name = !options_.label.empty() ? options_.label
+                                                                   : route_id              ? rt.id()
+                                                                                           : std::string(label()),
+                                                           .route_id = route_id,
+                                                           .key = options_.key ? key : std::string(),
+                                                           .keyed = static_cast<bool>(options_.key),
+                                                           .state = p.state,
+                                                           .retry_after = p.retry_after})));
   }
 
   nlohmann::json with_key(nlohmann::json j, const std::string& key) const {

@@ -318,19 +318,47 @@ class concurrency_step final : public wrapper, public concurrency_gate {
     return bytes;
   }
 
+  // A rejection's RC5026, its message and details built when first read (load shed is mostly let
+  // go unread). It copies what it names: the error may outlive the bulkhead.
+  struct rejection_fields {
+    verdict v;
+    const char* reason;  // a literal
+    std::size_t max;
+    std::size_t max_keys;
+    long long max_queue;
+    bool keyed;
+    std::string key;
+    std::string label;
+
+    std::string message() const {
+      std::string msg;
+      if (v == verdict::keys_full)
+        msg = fmt::format("concurrency rejected the exchange: all {} keys are busy (max_keys)", max_keys);
+      else if (v == verdict::queue_full)
+        msg = fmt::format("concurrency rejected the exchange: the queue is full ({} waiting)", max_queue);
+      else
+        msg = fmt::format("concurrency rejected the exchange: all {} slots are in use", max);
+      if (keyed) msg += fmt::format(" for key \"{}\"", key);
+      return msg;
+    }
+    nlohmann::json details() const {
+      nlohmann::json details = {{"gate", "concurrency"}, {"reason", reason}, {"max", max}};
+      if (keyed) details["key"] = key;
+      if (!label.empty()) details["label"] = label;
+      return details;
+    }
+  };
+
   error rejection(const std::string& key, verdict v, const char* reason) const {
-    std::string msg;
-    if (v == verdict::keys_full)
-      msg = fmt::format("concurrency rejected the exchange: all {} keys are busy (max_keys)", options_.max_keys);
-    else if (v == verdict::queue_full)
-      msg = fmt::format("concurrency rejected the exchange: the queue is full ({} waiting)", *options_.max_queue);
-    else
-      msg = fmt::format("concurrency rejected the exchange: all {} slots are in use", max_);
-    if (options_.key) msg += fmt::format(" for key \"{}\"", key);
-    nlohmann::json details = {{"gate", "concurrency"}, {"reason", reason}, {"max", max_}};
-    if (options_.key) details["key"] = key;
-    if (!options_.label.empty()) details["label"] = options_.label;
-    return error(errc::concurrency_limited, std::move(msg), true, nullptr, std::move(details));
+    return deferred_error(errc::concurrency_limited, true,
+                          rejection_fields{.v = v,
+                                           .reason = reason,
+                                           .max = max_,
+                                           .max_keys = options_.max_keys,
+                                           .max_queue = options_.max_queue.value_or(0),
+                                           .keyed = static_cast<bool>(options_.key),
+                                           .key = options_.key ? key : std::string(),
+                                           .label = options_.label});
   }
 
   nlohmann::json with_key(nlohmann::json j, const std::string& key) const {

@@ -83,13 +83,13 @@ struct slow_down_gate : slow_down_limiter<Counter> {
     if (which == event_id::slow_down_rejected) j["timeLeftMs"] = to_ms(t.time_left);
   }
 
-  std::string refusal_text(const ticket& t, const gate_decision&, std::optional<std::string_view> key) const {
+  static std::string refusal_text(const ticket& t, const gate_decision&, std::optional<std::string_view> key) {
     std::string msg = fmt::format("slow_down refused the exchange: its delay of {}ms would reach its deadline in {}ms",
                                   to_ms(t.delay), to_ms(t.time_left));
     if (key) msg += fmt::format(" (key \"{}\", hit {})", *key, t.hit.hits);
     return msg;
   }
-  void refusal_details(nlohmann::json& details, const ticket& t, const gate_decision& d) const {
+  static void refusal_details(nlohmann::json& details, const ticket& t, const gate_decision& d) {
     details["hits"] = t.hit.hits;
     details["delay_ms"] = to_ms(t.delay);
     details["time_left_ms"] = to_ms(t.time_left);

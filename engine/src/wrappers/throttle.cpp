@@ -48,13 +48,13 @@ struct throttle_gate : throttle_limiter {
     if (which == event_id::throttle_delayed) j["waitMs"] = to_ms(d.wait);
   }
 
-  std::string refusal_text(const ticket&, const gate_decision& d, std::optional<std::string_view> key) const {
+  static std::string refusal_text(const ticket&, const gate_decision& d, std::optional<std::string_view> key) {
     std::string msg = "throttle rejected the exchange: ";
     msg += d.reason;
     if (key) msg += fmt::format(" for key \"{}\"", *key);
     return msg;
   }
-  void refusal_details(nlohmann::json&, const ticket&, const gate_decision&) const {}
+  static void refusal_details(nlohmann::json&, const ticket&, const gate_decision&) {}
 };
 
 // The bucket in a decision_store: GCRA there (one emission interval per token, a tolerance of
