@@ -499,6 +499,35 @@ TEST_CASE("a throttle refusal's message and details are built on first read, exa
   CHECK(copy_before.details() == err.details());
 }
 
+TEST_CASE("a refused arrival is decided once: one rejected event, one rejected count, answered at arrival") {
+  // The step that finishes a pass at once (its inner step is synchronous) finishes a refusal at
+  // once too, instead of deciding it a second time on its asynchronous path.
+  const bool keyed = GENERATE(false, true);
+  CAPTURE(keyed);
+  rc::context ctx(rc::virtual_time);
+  rc::spy<int> out;
+  traffic_log log;
+  event_recorder events(ctx);
+  rc::throttle_options o{.rate = 2, .mode = rc::throttle_mode::reject};
+  if (keyed) o.key = rc::by_header("x-client");
+  ctx.add(rc::craft().id("once").from(traffic(burst(5) + burst(3, 1s), log)).throttle(std::move(o)).to(out));
+  ctx.start();
+  ctx.drain();
+  CHECK(out.bodies() == std::vector<int>{1, 2, 6, 7});
+  for (int id : {3, 4, 5, 8}) {
+    CAPTURE(id);
+    REQUIRE(log[id].refused());
+    CHECK(log[id].answered == log[id].arrived);
+  }
+  CHECK(events.count("route:throttle:rejected") == 4);
+  CHECK(events.count("route:throttle:passed") == 4);
+  const auto snapshot = ctx.snapshot();
+  REQUIRE(snapshot.routes.size() == 1);
+  REQUIRE(snapshot.routes[0].gates.size() == 1);
+  CHECK(snapshot.routes[0].gates[0].rejected == 4);
+  CHECK(snapshot.routes[0].gates[0].passed == 4);
+}
+
 // ---- backlog bounds (beyond the reference) -------------------------------------------------
 
 TEST_CASE("max_wait refuses with RC5013 an exchange whose wait would exceed it, and takes no token") {

@@ -286,9 +286,15 @@ class gate_step final : public wrapper, public keyed_gate {
         out = outcome::failed(std::move(failure));
         return true;
       }
-      if (!admit_now(ex, rt, a)) {
-        if (keyed()) out.reason = std::move(a.key);
-        return false;
+      switch (admit_now(ex, rt, a)) {
+        case first_decision::later:
+          if (keyed()) out.reason = std::move(a.key);
+          return false;
+        case first_decision::refused:
+          out = refuse(ex, rt, a);
+          return true;
+        case first_decision::admitted:
+          break;
       }
       emit_passed(ex, rt, a, false, a.now);
       if constexpr (has_outcome) {
@@ -419,10 +425,13 @@ class gate_step final : public wrapper, public keyed_gate {
 
   bool keyed() const noexcept { return static_cast<bool>(common_.key); }
 
-  // try_run_now's decision (plain state): true when admitted, the state then updated. A keyed
-  // gate's key is in a.key already; a key the table sends to the overflow is left to resume()
-  // (false). A limiter that throws leaves it to resume(), which fails the exchange.
-  bool admit_now(exchange& ex, route_runtime& rt, arrival& a) {
+  // try_run_now's decision (plain state): admitted or refused, the state then updated as
+  // decide_now would (a refusal is final, and may count: a hit counter's); or later, nothing
+  // changed, for a pass that must wait. A keyed gate's key is in a.key already; a key the table
+  // sends to the overflow is left to resume() (later). A limiter that throws leaves it to
+  // resume(), which fails the exchange.
+  enum class first_decision : std::uint8_t { admitted, refused, later };
+  first_decision admit_now(exchange& ex, route_runtime& rt, arrival& a) {
     try {
       // The key's hash before the lock: the lock is held for the table and the decision only.
       const std::uint32_t home = home_of(a.key);
@@ -435,7 +444,7 @@ class gate_step final : public wrapper, public keyed_gate {
       slot* s = &single_;  // an unkeyed gate: one part
       if (keyed()) {
         s = table_slot(p, a, h);
-        if (s == nullptr) return false;
+        if (s == nullptr) return first_decision::later;
       }
       gate_arrival in{.now = a.now, .can_queue = false, .deadline = ex.deadline()};
       if constexpr (traits.queues) {
@@ -445,14 +454,19 @@ class gate_step final : public wrapper, public keyed_gate {
       typename L::state trial = s->state;
       a.t = ticket{};
       a.decision = limiter_.decide(trial, in, a.t);
-      if (!a.decision.admitted()) return false;
+      if (a.decision.admitted()) {
+        p.passed.bump_locked();
+      } else if (a.decision.refused()) {
+        p.counters.rejected_locked();
+      } else {
+        return first_decision::later;
+      }
       s->state = trial;
-      p.passed.bump_locked();
     } catch (...) {
-      return false;
+      return first_decision::later;
     }
     if constexpr (has_note) limiter_.note(ex, rt, a.key, a.t, a.decision);
-    return true;
+    return a.decision.admitted() ? first_decision::admitted : first_decision::refused;
   }
 
   // The exchange's arrival, before its first decision: with its key for a keyed gate, which the
