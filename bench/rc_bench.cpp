@@ -16,11 +16,16 @@
 //   plain_seq      N exchanges sequence -> transform -> noop, one in flight at a time
 //   plain_burst    the same from simple(): all N started at once
 //   throttle_open  plain_seq with a step throttle that never paces
+//   throttle_reject  plain_seq with a step throttle in reject mode after the transform, refusing all
+//                  but the first: what a refusal costs when nobody reads its error (a flood
+//                  turned away); `refused` is the gate's count
 //   retry_open     plain_seq with a step retry that never fails
 //   timeout_open   plain_seq with a step timeout (1 h) that is never hit
 //   timeout_route_open  plain_seq under a route-scope timeout (1 h): a deadline armed per run
 //   concurrency_open    plain_seq with a step bulkhead whose max is never reached
 //   breaker_open   plain_seq with a step circuit breaker held open: every call gets the fallback
+//   breaker_fast_fail  breaker_open's breaker after the transform and with no fallback: every call
+//                  after the first fails fast (RC5025), nobody reads the errors
 //   cache_hit      plain_seq with a step cache whose one key always hits (in-memory provider)
 //   delay0         N (200,000) in flight through delay(0ms); bytes per waiting exchange
 //   pacing         N (3,000) at once through rate 1000/s burst 1, real time: window and lateness
@@ -195,7 +200,18 @@ double run_to_idle(rc::context& ctx) {
 
 // ---- throughput: one route, synchronous steps or wrappers that never wait -----------------------
 
-enum class wrap { none, throttle, retry, timeout, timeout_route, concurrency, breaker_open, cache_hit };
+enum class wrap {
+  none,
+  throttle,
+  throttle_reject,
+  retry,
+  timeout,
+  timeout_route,
+  concurrency,
+  breaker_open,
+  breaker_fast_fail,
+  cache_hit
+};
 
 /// sequence (or simple) -> [wrapper] transform -> noop. The transform counts, so a run that lost
 /// exchanges shows in `completed`.
@@ -215,6 +231,16 @@ result throughput(std::size_t n, Source make_source, wrap w, bool subscriber = f
     case wrap::throttle:
       // burst = rate = 1e12/s: the bucket never runs dry, so every decision admits at once.
       ctx.add(std::move(route).throttle({.rate = 1e12}).transform(count).to(rc::noop()));
+      break;
+    case wrap::throttle_reject:
+      // One token an hour in reject mode: the first exchange passes, every later one is refused
+      // (RC5013), its error made, carried to the route's end and let go, read by nobody. The
+      // transform counts before the throttle: `completed` is every exchange that reached it, and
+      // the gate's own count says how many it refused.
+      ctx.add(std::move(route)
+                  .transform(count)
+                  .throttle({.rate = 1, .per = rc::per::hour, .mode = rc::throttle_mode::reject})
+                  .to(rc::noop()));
       break;
     case wrap::retry:
       ctx.add(std::move(route).retry({.max_attempts = 3}).transform(count).to(rc::noop()));
@@ -252,6 +278,21 @@ result throughput(std::size_t n, Source make_source, wrap w, bool subscriber = f
                   .to(rc::noop()));
       break;
     }
+    case wrap::breaker_fast_fail: {
+      // As breaker_open without a fallback: every call after the first fails fast with RC5025,
+      // its error made, carried to the route's end and let go, read by nobody (an outage's flood).
+      auto fail_first = [first = std::make_shared<std::atomic<bool>>(true)](int v) {
+        if (first->exchange(false)) throw std::runtime_error("down");
+        return v + 1;
+      };
+      // The transform counts before the breaker: `completed` is every exchange that reached it.
+      ctx.add(std::move(route)
+                  .transform(count)
+                  .circuit_breaker({.failure_threshold = 1, .cooldown = std::chrono::hours(1)})
+                  .transform(fail_first)
+                  .to(rc::noop()));
+      break;
+    }
     case wrap::cache_hit:
       // One key: the first exchange stores, every later one hits the in-memory provider.
       ctx.add(std::move(route)
@@ -268,6 +309,7 @@ result throughput(std::size_t n, Source make_source, wrap w, bool subscriber = f
   r.seconds = run_to_idle(ctx);
   r.figures["completed"] = completed.total();
   r.figures["ns_per_exchange"] = r.seconds * 1e9 / static_cast<double>(n);
+  if (w == wrap::throttle_reject) r.figures["refused"] = ctx.snapshot().routes.at(0).gates.at(0).rejected;
   if (subscriber) r.figures["events_seen"] = seen.total();
   return r;
 }
@@ -284,11 +326,13 @@ rc::simple_source<T> burst_source(std::vector<T> v) {
 result plain_seq(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::none); }
 result plain_burst(const run_config& c) { return throughput(c.n, burst_source<int>, wrap::none); }
 result throttle_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::throttle); }
+result throttle_reject(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::throttle_reject); }
 result retry_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::retry); }
 result timeout_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::timeout); }
 result timeout_route_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::timeout_route); }
 result concurrency_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::concurrency); }
 result breaker_open(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::breaker_open); }
+result breaker_fast_fail(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::breaker_fast_fail); }
 result cache_hit(const run_config& c) { return throughput(c.n, seq_source<int>, wrap::cache_hit); }
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -694,11 +738,13 @@ constexpr scenario scenarios[] = {
     {"plain_seq", 5'000'000, plain_seq},
     {"plain_burst", 5'000'000, plain_burst},
     {"throttle_open", 2'000'000, throttle_open},
+    {"throttle_reject", 2'000'000, throttle_reject},
     {"retry_open", 2'000'000, retry_open},
     {"timeout_open", 2'000'000, timeout_open},
     {"timeout_route_open", 2'000'000, timeout_route_open},
     {"concurrency_open", 2'000'000, concurrency_open},
     {"breaker_open", 2'000'000, breaker_open},
+    {"breaker_fast_fail", 2'000'000, breaker_fast_fail},
     {"cache_hit", 2'000'000, cache_hit},
     {"delay0", 200'000, delay0},
     {"pacing", 3'000, pacing},

@@ -1,0 +1,94 @@
+// rc::deferred_error: an error whose message and details a raise site leaves to be built when
+// first read. Every read (and every copy, before or after it) sees what an eager error would hold;
+// details the fields answer one by one are read without building the rest.
+#include "rc/error.hpp"
+
+#include <catch2/catch.hpp>
+#include <exception>
+#include <memory>
+#include <string>
+
+namespace {
+
+// Counts how often each part is built.
+struct counted_fields {
+  std::shared_ptr<int> messages = std::make_shared<int>(0);
+  std::shared_ptr<int> details_built = std::make_shared<int>(0);
+  std::string key;
+  nlohmann::json retry_after_ms = 250.0;
+
+  std::string message() const {
+    ++*messages;
+    return "refused key \"" + key + "\"";
+  }
+  nlohmann::json details() const {
+    ++*details_built;
+    return {{"key", key}, {"retry_after_ms", retry_after_ms}};
+  }
+  const nlohmann::json* field(std::string_view name) const noexcept {
+    return name == "retry_after_ms" ? &retry_after_ms : nullptr;
+  }
+};
+
+// Without field(): every detail() builds the details.
+struct plain_fields {
+  std::string message() const { return "plain"; }
+  nlohmann::json details() const { return {{"n", 1}}; }
+};
+
+}  // namespace
+
+TEST_CASE("deferred_error builds its message and details once, on first read, the same for every copy") {
+  counted_fields f{.key = "a"};
+  const auto messages = f.messages;
+  const auto details_built = f.details_built;
+  const rc::error err = rc::deferred_error(rc::errc::rate_limited, true, f);
+  CHECK(*messages == 0);
+  CHECK(*details_built == 0);
+  CHECK(err.code() == rc::errc::rate_limited);
+  CHECK(err.retryable());
+
+  // A field the source holds is answered without building anything.
+  const nlohmann::json* one = err.detail("retry_after_ms");
+  REQUIRE(one != nullptr);
+  CHECK(*one == 250.0);
+  CHECK(*messages == 0);
+  CHECK(*details_built == 0);
+
+  const rc::error before = err;  // copied before the first read: shares the source
+  CHECK(err.message() == "refused key \"a\"");
+  CHECK(std::string(err.what()) == "RC5013: refused key \"a\"");
+  CHECK(err.details() == nlohmann::json{{"key", "a"}, {"retry_after_ms", 250.0}});
+  CHECK(*messages == 1);
+  CHECK(*details_built == 1);
+  CHECK(err.message() == "refused key \"a\"");  // built once
+  CHECK(*messages == 1);
+
+  const rc::error after = err;  // copied after: takes the built fields
+  CHECK(after.message() == err.message());
+  CHECK(after.details() == err.details());
+  CHECK(*messages == 1);
+  CHECK(before.message() == err.message());  // the earlier copy builds its own, identical
+  CHECK(before.details() == err.details());
+  CHECK(*messages == 2);
+
+  // A field the source does not hold: the details are built and searched.
+  const rc::error fresh = rc::deferred_error(rc::errc::rate_limited, true, counted_fields{.key = "b"});
+  const nlohmann::json* key = fresh.detail("key");
+  REQUIRE(key != nullptr);
+  CHECK(*key == "b");
+  CHECK(fresh.detail("missing") == nullptr);
+}
+
+TEST_CASE("deferred_error travels in an exception_ptr and reads there as thrown") {
+  const std::exception_ptr e =
+      std::make_exception_ptr(rc::deferred_error(rc::errc::circuit_open, false, plain_fields{}));
+  const rc::error* err = rc::error_of(e);
+  REQUIRE(err != nullptr);
+  CHECK(err->code() == rc::errc::circuit_open);
+  CHECK_FALSE(err->retryable());
+  CHECK(err->detail("n") != nullptr);
+  CHECK(rc::message_of(e) == "plain");
+  CHECK(rc::to_error(e).details() == nlohmann::json{{"n", 1}});
+  CHECK(rc::error_json(e)["message"] == "plain");
+}
