@@ -152,6 +152,47 @@ struct gate_slot<State, true> {
   std::uint32_t waiters = 0;
 };
 
+// One refusal's RC5013 message and details (deferred_error), for a gate whose limiter L formats
+// them (L::refusal_text, L::refusal_details: static, as the error may outlive the gate). It copies
+// what it reads. A transport that maps a refusal to a status reads retry_after_ms alone, without
+// building the rest.
+template <class L>
+class gate_refusal_fields {
+ public:
+  gate_refusal_fields(std::optional<std::string_view> key, std::string label, const typename L::ticket& t,
+                      const gate_decision& d)
+      : key_(key ? std::string(*key) : std::string()),
+        label_(std::move(label)),
+        keyed_(key.has_value()),
+        t_(t),
+        decision_(d),
+        retry_after_ms_(to_ms(d.wait)) {}
+
+  std::string message() const {
+    std::string msg = L::refusal_text(t_, decision_, keyed_ ? std::optional<std::string_view>(key_) : std::nullopt);
+    msg += fmt::format(". Retry after ~{}ms.", static_cast<long long>(std::ceil(to_ms(decision_.wait))));
+    return msg;
+  }
+  nlohmann::json details() const {
+    nlohmann::json details = {{"gate", L::traits.gate}, {"retry_after_ms", retry_after_ms_}};
+    if (keyed_) details["key"] = key_;
+    if (!label_.empty()) details["label"] = label_;
+    L::refusal_details(details, t_, decision_);
+    return details;
+  }
+  const nlohmann::json* field(std::string_view name) const noexcept {
+    return name == "retry_after_ms" ? &retry_after_ms_ : nullptr;
+  }
+
+ private:
+  std::string key_;
+  std::string label_;
+  bool keyed_;
+  typename L::ticket t_;
+  gate_decision decision_;
+  nlohmann::json retry_after_ms_;
+};
+
 }  // namespace detail
 
 template <class L>
@@ -776,46 +817,12 @@ class gate_step final : public wrapper, public keyed_gate {
     if constexpr (has_refusal) {
       return limiter_.refusal(keyed() ? std::string_view(a.key) : std::string_view{}, a.t, a.decision);
     } else {
-      return deferred_error(errc::rate_limited, true, refusal_fields(refusal_label_, keyed(), a));
+      return deferred_error(
+          errc::rate_limited, true,
+          detail::gate_refusal_fields<L>(keyed() ? std::optional<std::string_view>(a.key) : std::nullopt, common_.label,
+                                         a.t, a.decision));
     }
   }
-
-  // One refusal's RC5013 message and details (deferred_error), from what the refusal copied: the
-  // limiter's text functions are static and the label shared, as the error may outlive the gate.
-  // A transport that maps a refusal to a status reads retry_after_ms alone, without the rest.
-  struct refusal_fields {
-    refusal_fields(std::shared_ptr<const std::string> label, bool keyed, const arrival& a)
-        : label_(std::move(label)),
-          key_(keyed ? a.key : std::string()),
-          keyed_(keyed),
-          t_(a.t),
-          decision_(a.decision),
-          retry_after_ms_(to_ms(a.decision.wait)) {}
-
-    std::string message() const {
-      std::string msg = L::refusal_text(t_, decision_, keyed_ ? std::optional<std::string_view>(key_) : std::nullopt);
-      msg += fmt::format(". Retry after ~{}ms.", static_cast<long long>(std::ceil(to_ms(decision_.wait))));
-      return msg;
-    }
-    nlohmann::json details() const {
-      nlohmann::json details = {{"gate", traits.gate}, {"retry_after_ms", retry_after_ms_}};
-      if (keyed_) details["key"] = key_;
-      if (!label_->empty()) details["label"] = *label_;
-      L::refusal_details(details, t_, decision_);
-      return details;
-    }
-    const nlohmann::json* field(std::string_view name) const noexcept {
-      return name == "retry_after_ms" ? &retry_after_ms_ : nullptr;
-    }
-
-   private:
-    std::shared_ptr<const std::string> label_;
-    std::string key_;
-    bool keyed_;
-    ticket t_;
-    gate_decision decision_;
-    nlohmann::json retry_after_ms_;
-  };
 
   nlohmann::json fields(const exchange& ex, const route_runtime& rt, const arrival& a, event_id which) const {
     auto j = identity(ex, rt, common_.label);
@@ -894,8 +901,6 @@ class gate_step final : public wrapper, public keyed_gate {
   std::atomic<std::uint32_t> overflow_waiters_{0};  // single_.waiters, for a look without its lock
   [[no_unique_address]] sketch_type sketch_;        // the overflow of a hit-counting gate (one part)
   wait_queue single_queue_;
-  // The label every refusal's deferred fields share (refusal_fields).
-  std::shared_ptr<const std::string> refusal_label_ = std::make_shared<const std::string>(common_.label);
 };
 
 /// Builds a gate from a limiter (validated already) and the shared options.

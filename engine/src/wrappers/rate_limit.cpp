@@ -49,10 +49,11 @@ struct refusal_shape {
   std::string reached;  // the message's fixed start
 };
 
-// One refusal's RC5013 fields, built only when read: the message and the 12-field details are what
-// an eager error held, byte for byte. A transport reads status, message and retry_after_ms through
-// error::detail() without building the rest; its headers come from the exchange's limit note.
-class refusal_fields final : public error::deferred {
+// One refusal's RC5013 fields (deferred_error), built only when read: the message and the 12-field
+// details are what an eager error held, byte for byte. A transport reads status, message and
+// retry_after_ms through error::detail() without building the rest; its headers come from the
+// exchange's limit note.
+class refusal_fields {
  public:
   refusal_fields(std::shared_ptr<const refusal_shape> shape, const limit_note& note)
       : shape_(std::move(shape)),
@@ -63,14 +64,14 @@ class refusal_fields final : public error::deferred {
         retry_after_(note.retry_after),
         retry_after_ms_(to_ms(note.retry_after)) {}
 
-  std::string message() const override {
+  std::string message() const {
     std::string msg = shape_->reached;
     if (shape_->keyed) msg += fmt::format(" for key \"{}\"", key_);
     msg += fmt::format(" (hit {}). Retry after ~{}ms.", used_, static_cast<long long>(std::ceil(to_ms(retry_after_))));
     return msg;
   }
 
-  nlohmann::json details() const override {
+  nlohmann::json details() const {
     nlohmann::json details = {{"gate", "rateLimit"},
                               {"status", shape_->status},
                               {"message", shape_->message},
@@ -87,7 +88,7 @@ class refusal_fields final : public error::deferred {
     return details;
   }
 
-  const nlohmann::json* field(std::string_view name) const noexcept override {
+  const nlohmann::json* field(std::string_view name) const noexcept {
     if (name == "status") return &shape_->status;
     if (name == "message") return &shape_->message;
     if (name == "retry_after_ms") return &retry_after_ms_;
@@ -150,7 +151,7 @@ struct rate_limit_gate : rate_limit_limiter<Counter> {
 
   // The message and details are built only when read (refusal_fields).
   error refusal(std::string_view, const ticket& t, const gate_decision&) const {
-    return error(errc::rate_limited, std::make_shared<const refusal_fields>(shape, *t.note), true);
+    return deferred_error(errc::rate_limited, true, refusal_fields(shape, *t.note));
   }
 };
 
@@ -229,7 +230,7 @@ struct rate_limit_store_policy {
     note.remaining = rate_limit_remaining(limit, t.hits);
     note.reset = t.reset;
     note.retry_after = d.wait;
-    return error(errc::rate_limited, std::make_shared<const refusal_fields>(shape, note), true);
+    return deferred_error(errc::rate_limited, true, refusal_fields(shape, note));
   }
 };
 

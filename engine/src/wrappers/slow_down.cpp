@@ -146,15 +146,11 @@ struct slow_down_store_policy {
   void fields(nlohmann::json& j, const ticket& t, const gate_decision& d, event_id which) const {
     gate().fields(j, t, d, which);
   }
+  // The in-memory gate's refusal, built when first read.
   error refusal(std::string_view key, const ticket& t, const gate_decision& d) const {
-    const double ms = to_ms(d.wait);
-    std::string msg = gate().refusal_text(t, d, key.empty() ? std::nullopt : std::optional<std::string_view>(key));
-    msg += fmt::format(". Retry after ~{}ms.", static_cast<long long>(std::ceil(ms)));
-    nlohmann::json details = {{"gate", "slowDown"}, {"retry_after_ms", ms}};
-    if (!key.empty()) details["key"] = key;
-    if (!label.empty()) details["label"] = label;
-    gate().refusal_details(details, t, d);
-    return error(errc::rate_limited, std::move(msg), true, nullptr, std::move(details));
+    return deferred_error(errc::rate_limited, true,
+                          detail::gate_refusal_fields<slow_down_gate<fixed_window>>(
+                              key.empty() ? std::nullopt : std::optional<std::string_view>(key), label, t, d));
   }
 
   const slow_down_gate<fixed_window>& gate() const { return *format; }

@@ -99,16 +99,11 @@ struct throttle_store_policy {
     if (which == event_id::throttle_delayed) j["waitMs"] = to_ms(d.wait);
   }
 
+  // The in-memory gate's refusal, built when first read (interpret() always gives a reason).
   error refusal(std::string_view key, const ticket&, const gate_decision& d) const {
-    const double ms = to_ms(d.wait);
-    std::string msg = "throttle rejected the exchange: ";
-    msg += d.reason ? d.reason : "rate limit exceeded";
-    if (!key.empty()) msg += fmt::format(" for key \"{}\"", key);
-    msg += fmt::format(". Retry after ~{}ms.", static_cast<long long>(std::ceil(ms)));
-    nlohmann::json details = {{"gate", "throttle"}, {"retry_after_ms", ms}};
-    if (!key.empty()) details["key"] = key;
-    if (!label.empty()) details["label"] = label;
-    return error(errc::rate_limited, std::move(msg), true, nullptr, std::move(details));
+    return deferred_error(errc::rate_limited, true,
+                          detail::gate_refusal_fields<throttle_gate>(
+                              key.empty() ? std::nullopt : std::optional<std::string_view>(key), label, {}, d));
   }
 };
 

@@ -21,6 +21,7 @@
 #include "support/dsl_support.hpp"
 #include "support/redis_server.hpp"
 #include "support/temp_dir.hpp"
+#include "support/traffic.hpp"
 
 namespace redis_store_test {
 
@@ -143,6 +144,61 @@ TEST_CASE("redis store: throttle reject mode admits the burst exactly and refuse
   CHECK(events.count("route:store:failed") == 0);
   // The bucket is on the server, under the hash-tagged key.
   CHECK(server.raw({"EXISTS", "{exact:}:tb"}) == ":1\r\n");
+}
+
+TEST_CASE("redis store: a store gate's refusal reads as the in-memory gate's, and after its context is gone",
+          "[redis]") {
+  rc::test::redis_server server;
+  std::optional<rc::error> throttled, slowed;
+  {
+    rc::context ctx;
+    rc::redis_connection conn(ctx, {.port = server.port()});
+    auto store = rc::redis_store(conn, {.prefix = "refusal", .timeout = 500ms});
+    rc::test::traffic_log throttle_log, slow_log;
+    ctx.add(rc::craft()
+                .id("t")
+                .from(rc::test::traffic(rc::test::burst(2), throttle_log))
+                .throttle({.rate = 1,
+                           .mode = rc::throttle_mode::reject,
+                           .key = rc::by_header("x-client"),
+                           .label = "shared",
+                           .store = store})
+                .to(rc::noop()));
+    // The second hit would wait 1 s, past its 500 ms deadline: refused at once.
+    auto script = rc::test::burst(2);
+    for (auto& r : script) r.timeout = 500ms;
+    ctx.add(rc::craft()
+                .id("s")
+                .from(rc::test::traffic(script, slow_log))
+                .slow_down({.window = 60s, .delay_after = 1, .key = rc::by_header("x-client"), .store = store})
+                .to(rc::noop()));
+    ctx.start();
+    ctx.drain();
+    ctx.stop();
+    REQUIRE(throttle_log[2].refused());
+    REQUIRE(slow_log[2].refused());
+    throttled = *throttle_log[2].failure;  // copies, taken before anything was read
+    slowed = *slow_log[2].failure;
+  }
+  // Real time: the retry-after and the time left are the server's and the clock's, not fixed.
+  const double throttle_ms = throttled->details().at("retry_after_ms").get<double>();
+  CHECK(throttle_ms > 0);
+  CHECK(throttle_ms <= 1000);
+  CHECK(throttled->message() == fmt::format("throttle rejected the exchange: rate limit exceeded for key \"a\". "
+                                            "Retry after ~{}ms.",
+                                            static_cast<long long>(std::ceil(throttle_ms))));
+  CHECK(throttled->details() ==
+        nlohmann::json{{"gate", "throttle"}, {"retry_after_ms", throttle_ms}, {"key", "a"}, {"label", "shared"}});
+  const auto& d = slowed->details();
+  CHECK(d.at("gate") == "slowDown");
+  CHECK(d.at("key") == "a");
+  CHECK(d.at("hits") == 2);
+  CHECK(d.at("delay_ms") == 1000.0);
+  CHECK(d.at("time_left_ms").get<double>() <= 500);
+  CHECK(slowed->message().starts_with(
+      fmt::format("slow_down refused the exchange: its delay of 1000ms would reach its deadline in {}ms (key \"a\", "
+                  "hit 2). Retry after ~",
+                  d.at("time_left_ms").get<double>())));
 }
 
 TEST_CASE("redis store: rate_limit counts on the server, keyed, fixed and sliding", "[redis]") {
