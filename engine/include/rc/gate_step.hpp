@@ -32,8 +32,9 @@
 //   waiting exchange at once. A gone client (the exchange's abort signal fires) drops it as
 //   "client-gone"; a queued one also gives its place back (give_back) and those behind move up;
 // - the refusal: RC5013, retryable, details {gate, retry_after_ms, key, label, ...}; its message
-//   and details are built when first read (error::deferred), so a refusal nobody reads costs two
-//   small allocations, not a formatted message and a JSON object copied into the exception;
+//   and details are built when first read (deferred_error over detail::gate_refusal_fields), so a
+//   refusal nobody reads costs two small allocations, not a formatted message and a JSON object
+//   copied into the exception. A refusal taken on the synchronous path (try_run_now) ends there;
 // - the events passed / delayed / rejected: typed details (rc::gate_event: identity, key, overflow,
 //   hits), rendered as JSON (plus the gate's fields) only when a subscriber reads them;
 // - the counters (rc/metrics.hpp) behind the same three, bumped where the decision is taken,
