@@ -1,4 +1,5 @@
-// Throttle decision cost: the clock-free bucket math alone, and with the per-key table in front.
+// Throttle decision cost: the clock-free bucket math alone, and with the per-key table in front;
+// and what reading a refusal's deferred error costs, on one thread and on two at once.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "rc/error.hpp"
 #include "rc/gates/keyed_lru.hpp"
 #include "rc/gates/token_bucket.hpp"
 
@@ -74,6 +76,22 @@ void BM_throttle_decision_keyed(benchmark::State& state, std::size_t distinct_ke
 }
 BENCHMARK_CAPTURE(BM_throttle_decision_keyed, 10k_keys_in_10k_table, 10'000);
 BENCHMARK_CAPTURE(BM_throttle_decision_keyed, 1m_keys_through_10k_table, 1'000'000);
+
+// A refusal's error made and its message read, as a transport does for each refusal it answers
+// (the HTTP server's 429 body). With two threads, each reads its own errors: no lock is shared.
+struct refusal_like_fields {
+  std::int64_t n;
+  std::string message() const { return "throttle rejected the exchange: rate limit exceeded, " + std::to_string(n); }
+  nlohmann::json details() const { return {{"gate", "throttle"}, {"retry_after_ms", n}}; }
+};
+void BM_deferred_error_read(benchmark::State& state) {
+  std::int64_t n = 0;
+  for (auto _ : state) {
+    const rc::error e = rc::deferred_error(rc::errc::rate_limited, true, refusal_like_fields{++n});
+    benchmark::DoNotOptimize(e.message().size());
+  }
+}
+BENCHMARK(BM_deferred_error_read)->Threads(1)->Threads(2)->UseRealTime();
 
 }  // namespace
 

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
-#include <mutex>
+#include <thread>
 #include <typeinfo>
 
 namespace rc {
@@ -87,8 +87,8 @@ error& error::operator=(const error& other) {
   retryable_ = other.retryable_;
   cause_ = other.cause_;
   deferred_ = other.deferred_;
-  const bool built = !other.deferred_ || other.ready_.load(std::memory_order_acquire);
-  if (built) {
+  const bool ready = !other.deferred_ || other.state_.load(std::memory_order_acquire) == built;
+  if (ready) {
     message_ = other.message_;
     details_ = other.details_;
     what_ = other.what_;
@@ -97,7 +97,7 @@ error& error::operator=(const error& other) {
     details_ = nullptr;
     what_.clear();
   }
-  ready_.store(built && deferred_, std::memory_order_release);
+  state_.store(ready && deferred_ ? built : unbuilt, std::memory_order_release);
   return *this;
 }
 
@@ -107,29 +107,40 @@ error& error::operator=(error&& other) noexcept {
   code_ = other.code_;
   retryable_ = other.retryable_;
   cause_ = std::move(other.cause_);
-  const bool built = !other.deferred_ || other.ready_.load(std::memory_order_acquire);
+  const bool ready = !other.deferred_ || other.state_.load(std::memory_order_acquire) == built;
   deferred_ = std::move(other.deferred_);
   message_ = std::move(other.message_);
   details_ = std::move(other.details_);
   what_ = std::move(other.what_);
-  ready_.store(built && deferred_, std::memory_order_release);
+  state_.store(ready && deferred_ ? built : unbuilt, std::memory_order_release);
   return *this;
 }
 
 void error::build() const {
-  // Rare (someone reads a deferred error's text or details) and short: one lock for all errors.
-  static std::mutex building;
-  std::lock_guard lock(building);
-  if (ready_.load(std::memory_order_relaxed)) return;
-  message_ = deferred_->message();
-  nlohmann::json d = deferred_->details();
-  details_ = d.is_object() ? std::move(d) : nlohmann::json::object();
-  what_ = fmt::format("{}: {}", rc::code_string(code_), message_);
-  ready_.store(true, std::memory_order_release);
+  // Each error builds its own fields, once: a transport may read every refusal's message, on every
+  // thread, so no lock is shared between errors. A thread that finds another one building waits
+  // for it (the build is short); if that build throws, the fields are left unbuilt for the next
+  // reader to try.
+  for (;;) {
+    std::uint8_t s = state_.load(std::memory_order_acquire);
+    if (s == built) return;
+    if (s == unbuilt && state_.compare_exchange_weak(s, building, std::memory_order_acquire)) break;
+    std::this_thread::yield();
+  }
+  try {
+    message_ = deferred_->message();
+    nlohmann::json d = deferred_->details();
+    details_ = d.is_object() ? std::move(d) : nlohmann::json::object();
+    what_ = fmt::format("{}: {}", rc::code_string(code_), message_);
+  } catch (...) {
+    state_.store(unbuilt, std::memory_order_release);
+    throw;
+  }
+  state_.store(built, std::memory_order_release);
 }
 
 const nlohmann::json* error::detail(std::string_view name) const {
-  if (deferred_ && !ready_.load(std::memory_order_acquire))
+  if (deferred_ && state_.load(std::memory_order_acquire) != built)
     if (const nlohmann::json* field = deferred_->field(name)) return field;
   const nlohmann::json& d = details();
   const auto it = d.find(name);

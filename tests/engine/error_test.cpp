@@ -3,10 +3,14 @@
 // details the fields answer one by one are read without building the rest.
 #include "rc/error.hpp"
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <exception>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -28,6 +32,20 @@ struct counted_fields {
   const nlohmann::json* field(std::string_view name) const noexcept {
     return name == "retry_after_ms" ? &retry_after_ms : nullptr;
   }
+};
+
+// Builds slowly, counting its builds; its first `failures` builds throw.
+struct racing_fields {
+  std::shared_ptr<std::atomic<int>> builds = std::make_shared<std::atomic<int>>(0);
+  int failures = 0;
+
+  std::string message() const {
+    const int n = ++*builds;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // long enough for the others to meet it
+    if (n <= failures) throw std::runtime_error("not yet");
+    return "built by build " + std::to_string(n);
+  }
+  nlohmann::json details() const { return {{"n", 1}}; }
 };
 
 // Without field(): every detail() builds the details.
@@ -91,4 +109,27 @@ TEST_CASE("deferred_error travels in an exception_ptr and reads there as thrown"
   CHECK(rc::message_of(e) == "plain");
   CHECK(rc::to_error(e).details() == nlohmann::json{{"n", 1}});
   CHECK(rc::error_json(e)["message"] == "plain");
+}
+
+TEST_CASE("a deferred error read on several threads at once is built once, and every thread reads that build") {
+  racing_fields f;
+  const auto builds = f.builds;
+  const rc::error err = rc::deferred_error(rc::errc::rate_limited, true, f);
+  std::vector<std::string> seen(4);
+  std::vector<std::thread> readers;
+  for (std::size_t i = 0; i < seen.size(); ++i) readers.emplace_back([&err, &seen, i] { seen[i] = err.message(); });
+  for (auto& t : readers) t.join();
+  CHECK(builds->load() == 1);
+  for (const auto& m : seen) CHECK(m == "built by build 1");
+  CHECK(std::string(err.what()) == "RC5013: built by build 1");
+}
+
+TEST_CASE("a deferred error whose build throws is left unbuilt, and the next read builds it") {
+  racing_fields f{.failures = 1};
+  const auto builds = f.builds;
+  const rc::error err = rc::deferred_error(rc::errc::rate_limited, true, f);
+  CHECK_THROWS_WITH(err.message(), "not yet");
+  CHECK(err.message() == "built by build 2");
+  CHECK(err.details() == nlohmann::json{{"n", 1}});
+  CHECK(builds->load() == 2);
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -98,7 +99,7 @@ class error : public std::exception {
 
  private:
   void materialise() const {
-    if (deferred_ && !ready_.load(std::memory_order_acquire)) build();
+    if (deferred_ && state_.load(std::memory_order_acquire) != built) build();
   }
   void build() const;
 
@@ -109,7 +110,9 @@ class error : public std::exception {
   mutable nlohmann::json details_;
   mutable std::string what_;
   std::shared_ptr<const deferred> deferred_;  // null for an eager error
-  mutable std::atomic<bool> ready_{false};    // deferred fields built
+  // A deferred error's fields: not built, being built by one thread (others wait for it), built.
+  enum : std::uint8_t { unbuilt, building, built };
+  mutable std::atomic<std::uint8_t> state_{unbuilt};
 };
 
 namespace detail {
