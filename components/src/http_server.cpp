@@ -236,11 +236,10 @@ class server : public std::enable_shared_from_this<server> {
                                 e.route->id(), builtin_options[i], p, port_, paths[i]));
       paths[i] = p;
     }
-    const auto literal = [](const route_entry& r) { return r.pattern.params == 0 && !r.pattern.wildcard; };
     for (std::size_t i = 0; i < paths.size(); ++i) {
       if (paths[i].empty()) continue;
       const auto clash = [&](const route_entry& r) {
-        return literal(r) && strip_trailing_slash(r.path) == std::string_view(paths[i]);
+        return r.pattern.literal_only && strip_trailing_slash(r.path) == std::string_view(paths[i]);
       };
       const route_entry* taken = clash(e) ? &e : nullptr;
       for (const auto& r : routes_)
