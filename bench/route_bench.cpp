@@ -35,9 +35,7 @@ struct api {
       paths.push_back(base + "/42/parts");
       paths.push_back("/static/r" + std::to_string(r) + "/css/site.css");
     }
-    std::vector<const path_pattern*> view;
-    for (const auto& p : patterns) view.push_back(&p);
-    index.rebuild(view);
+    index.rebuild(patterns);
   }
 };
 

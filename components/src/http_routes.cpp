@@ -90,6 +90,13 @@ void route_index::rebuild(const std::vector<const path_pattern*>& patterns) {
   }
 }
 
+void route_index::rebuild(const std::vector<path_pattern>& patterns) {
+  std::vector<const path_pattern*> view;
+  view.reserve(patterns.size());
+  for (const auto& p : patterns) view.push_back(&p);
+  rebuild(view);
+}
+
 bool route_index::candidates(std::string_view path, std::vector<std::uint32_t>& out) const {
   // A literal-only pattern reads a path starting with '/' as one text (match()'s shortcut); any
   // other path it walks, as every pattern does: such paths are left to the caller's full scan.

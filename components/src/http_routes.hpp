@@ -70,6 +70,8 @@ class route_index {
  public:
   /// Indexes patterns[i] as route number i.
   void rebuild(const std::vector<const path_pattern*>& patterns);
+  /// The same for a table that holds its patterns by value.
+  void rebuild(const std::vector<path_pattern>& patterns);
 
   /// Fills `out` with the numbers of the routes whose pattern may match `path`, ascending: each
   /// one whose match(path) is true, and possibly others (the caller still tries each). False,

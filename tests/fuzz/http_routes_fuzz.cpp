@@ -33,10 +33,8 @@ void http_routes(std::string_view input) {
 
   std::vector<http_detail::path_pattern> parsed;
   for (const auto p : patterns) parsed.push_back(http_detail::path_pattern::parse(p));
-  std::vector<const http_detail::path_pattern*> view;
-  for (const auto& p : parsed) view.push_back(&p);
   http_detail::route_index index;
-  index.rebuild(view);
+  index.rebuild(parsed);
 
   std::vector<std::uint32_t> candidates;
   for (const auto path : paths) {

@@ -22,9 +22,7 @@ struct table {
 
   explicit table(const std::vector<std::string>& paths) {
     for (const auto& p : paths) patterns.push_back(path_pattern::parse(p));
-    std::vector<const path_pattern*> view;
-    for (const auto& p : patterns) view.push_back(&p);
-    index.rebuild(view);
+    index.rebuild(patterns);
   }
 
   std::vector<std::uint32_t> matching(std::string_view path) const {
