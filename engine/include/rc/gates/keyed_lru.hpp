@@ -25,9 +25,20 @@
 //   number with a tag (bits mixed from the key's hash), so a probe rarely touches a slot whose key
 //   cannot match. It doubles at 3/4 load, refilled from the slots in memory order (a slot keeps
 //   its hash, the tag is computed from it), and deletes by backward shift, so it needs no tombstones.
+// - from an index of filter_from entries (1 MiB) on, a key absent from the table is told so
+//   without reading the index. A large index is past the caches: each probe of it is a miss to
+//   memory. A blocked Bloom filter, an eighth of the index's size (4 bits per index entry; more
+//   when its block is rounded up to whole huge pages, all of which it uses), one cache line per
+//   key with filter_probes bits set in it, says "absent" for most such keys; a new key's own
+//   index entry is written max_pending inserts later, its line loaded meanwhile. A key whose
+//   entry is still pending is found among those few slots after the index. The filter never
+//   forgets a key (a false "maybe" costs only the probe it would have spared); evictions leave
+//   stale bits, so it is refilled from the slots once the evictions since its last fill pass half
+//   the keys held.
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cstdint>
@@ -328,6 +339,10 @@ class keyed_lru {
   void prefetch(key_hash h) const noexcept {
     const std::uint32_t* index = index_hint_.load(std::memory_order_relaxed);
     if (index != nullptr) __builtin_prefetch(index + (h.home & index_mask_hint_.load(std::memory_order_relaxed)));
+    const std::uint64_t* filter = filter_hint_.load(std::memory_order_relaxed);
+    if (filter != nullptr)
+      __builtin_prefetch(filter +
+                         (filter_mix(h.home) & filter_mask_hint_.load(std::memory_order_relaxed)) * block_words);
   }
 
   /// touch with the key's hash(key) computed already.
@@ -351,7 +366,7 @@ class keyed_lru {
       if (head_ != nil) __builtin_prefetch(&at(head_), 1);
       if (size_ < slots_allocated_) __builtin_prefetch(&at(size_), 1);
     }
-    if (const std::uint32_t found = find_slot(key, h); found != nil) {
+    if (const std::uint32_t found = lookup(key, h); found != nil) {
       move_to_front(found);
       return &at(found).state;
     }
@@ -366,14 +381,16 @@ class keyed_lru {
     } else {
       s = pick_victim(can_evict);
       if (s == nil) return nullptr;
+      flush_pending();  // every slot in the index, the victim's too, before it is looked for there
       const std::uint32_t victim_pos = index_position_of(s);
       replace_key(s, key, h);  // the only step that can throw; the victim is intact if it does
       erase_index_at(victim_pos);
       unlink(s);
       at(s).state = State{};
+      if (filter_ != nullptr && ++filter_stale_ > size_ / 2) refill_filter();
     }
     link_front(s);
-    insert_index(s, h);
+    add_to_index(s, h);
     return &at(s).state;
   }
 
@@ -381,7 +398,7 @@ class keyed_lru {
   State* find(std::string_view key) noexcept { return find(key, hash_of(key)); }
   /// find with the key's hash(key) computed already.
   State* find(std::string_view key, key_hash h) noexcept {
-    const std::uint32_t s = find_slot(key, h);
+    const std::uint32_t s = lookup(key, h);
     return s == nil ? nullptr : &at(s).state;
   }
 
@@ -396,17 +413,21 @@ class keyed_lru {
   /// characters).
   static constexpr std::size_t slot_bytes() noexcept { return sizeof(slot); }
 
+  /// Whether the table has its filter (from an index of filter_from entries on; see the layout
+  /// above): most lookups of absent keys then read no index entry.
+  bool filtered() const noexcept { return filter_ != nullptr; }
+
   /// How many keys the table may hold now: max_keys, or less in a table that shares a budget.
   std::size_t room() const noexcept { return room_; }
 
   /// Bytes the table uses: the slots made so far (whole chunks), the index (and the next one, once
-  /// made ahead of its rebuild), the chunk and arena lists and the characters of long keys (not the
-  /// allocator's own overhead per long key). An arena's chunks not made yet are not counted (their
-  /// pages may be resident already: see make_ahead).
+  /// made ahead of its rebuild) and its filter, the chunk and arena lists and the characters of
+  /// long keys (not the allocator's own overhead per long key). An arena's chunks not made yet are
+  /// not counted (their pages may be resident already: see make_ahead).
   std::size_t memory_bytes() const noexcept {
     return slots_allocated_ * sizeof(slot) + chunks_.capacity() * sizeof(chunks_[0]) +
            arenas_.capacity() * sizeof(arenas_[0]) + (index_size() + next_index_size()) * sizeof(std::uint32_t) +
-           heap_key_bytes_;
+           heap_key_bytes_ + filter_block_.bytes();
   }
 
   /// Forgets every key and releases all memory.
@@ -420,6 +441,8 @@ class keyed_lru {
     next_index_ = detail::table_block();
     index_ = nullptr;
     index_mask_ = 0;
+    drop_filter();
+    pending_count_ = pending_first_ = 0;
     publish_hint();
     slots_allocated_ = 0;
     heap_key_bytes_ = 0;
@@ -433,7 +456,12 @@ class keyed_lru {
   static constexpr std::uint32_t chunk_mask = (1u << chunk_bits) - 1;
   static constexpr std::size_t max_arena_chunks = 1024;  // 6 MiB with a 16-byte State
   static constexpr std::size_t min_index_size = 8;
-  static constexpr std::uint32_t rebuild_lead = 16;  // slots a rebuild loads ahead
+  static constexpr std::uint32_t rebuild_lead = 16;                 // slots a rebuild loads ahead
+  static constexpr std::size_t filter_from = std::size_t{1} << 18;  // index entries
+  static constexpr std::size_t filter_bits_per_entry = 4;
+  static constexpr std::size_t block_words = 8;  // 64 bytes: one cache line per key
+  static constexpr unsigned filter_probes = 3;
+  static constexpr std::uint32_t max_pending = 8;
 
   static std::uint32_t checked(std::size_t max_keys) {
     if (max_keys == 0 || max_keys > max_supported_keys) {
@@ -478,6 +506,94 @@ class keyed_lru {
       const detail::stored_key& k = at(s).key;
       if (k.hash() == h.home && k.view() == key) return s;
     }
+  }
+
+  // The key's slot: through the filter, the index and the pending slots once the table has a filter,
+  // else through the index alone.
+  std::uint32_t lookup(std::string_view key, key_hash h) noexcept {
+    if (filter_ == nullptr) return find_slot(key, h);
+    if (!filter_may_hold(h.home)) return nil;
+    if (const std::uint32_t s = find_slot(key, h); s != nil) return s;
+    for (std::uint32_t i = 0; i < pending_count_; ++i) {
+      const std::uint32_t s = pending_[(pending_first_ + i) % max_pending];
+      const detail::stored_key& k = at(s).key;
+      if (k.hash() == h.home && k.view() == key) return s;
+    }
+    return nil;
+  }
+
+  // A new key's index entry: at once without a filter; else its filter bits now and its entry once
+  // max_pending more keys came, the oldest pending one's going in first.
+  void add_to_index(std::uint32_t s, key_hash h) noexcept {
+    if (filter_ == nullptr) {
+      insert_index(s, h);
+      return;
+    }
+    filter_add(h.home);
+    __builtin_prefetch(index_ + (h.home & index_mask_), 1);
+    if (pending_count_ == max_pending) {
+      insert_slot_index(pending_[pending_first_]);
+      pending_[pending_first_] = s;
+      pending_first_ = (pending_first_ + 1) % max_pending;
+    } else {
+      pending_[(pending_first_ + pending_count_) % max_pending] = s;
+      ++pending_count_;
+    }
+  }
+
+  void flush_pending() noexcept {
+    for (std::uint32_t i = 0; i < pending_count_; ++i) insert_slot_index(pending_[(pending_first_ + i) % max_pending]);
+    pending_count_ = pending_first_ = 0;
+  }
+
+  void insert_slot_index(std::uint32_t s) noexcept {
+    const std::uint32_t home = at(s).key.hash();
+    insert_index(s, {home, tag_of(home)});
+  }
+
+  // The filter's bits for a home: a block from the low bits of a 64-bit mix (the index's probe
+  // starts from the home's own low bits, which the mix spreads), filter_probes positions in it from
+  // the high ones.
+  static std::uint64_t filter_mix(std::uint32_t home) noexcept {
+    std::uint64_t x = home;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    return x ^ (x >> 29);
+  }
+  static unsigned filter_bit(std::uint64_t mix, unsigned i) noexcept {
+    return static_cast<unsigned>(mix >> (32 + 9 * i)) & 511u;
+  }
+  bool filter_may_hold(std::uint32_t home) const noexcept {
+    const std::uint64_t mix = filter_mix(home);
+    const std::uint64_t* block = filter_ + (mix & filter_mask_) * block_words;
+    bool all = true;
+    for (unsigned i = 0; i < filter_probes; ++i) {
+      const unsigned bit = filter_bit(mix, i);
+      all &= ((block[bit >> 6] >> (bit & 63u)) & 1u) != 0;
+    }
+    return all;
+  }
+  void filter_add(std::uint32_t home) noexcept {
+    const std::uint64_t mix = filter_mix(home);
+    std::uint64_t* block = filter_ + (mix & filter_mask_) * block_words;
+    for (unsigned i = 0; i < filter_probes; ++i) {
+      const unsigned bit = filter_bit(mix, i);
+      block[bit >> 6] |= std::uint64_t{1} << (bit & 63u);
+    }
+  }
+  // Every key held, and no stale bit: after a rebuild's new filter, or many evictions.
+  void refill_filter() noexcept {
+    std::memset(filter_, 0, filter_bytes());
+    for (std::uint32_t s = 0; s < size_; ++s) filter_add(at(s).key.hash());
+    filter_stale_ = 0;
+  }
+  std::size_t filter_bytes() const noexcept { return filter_ == nullptr ? 0 : (std::size_t{filter_mask_} + 1) * 64; }
+  void drop_filter() noexcept {
+    filter_block_ = detail::table_block();
+    filter_ = nullptr;
+    filter_mask_ = 0;
+    filter_stale_ = 0;
   }
 
   std::uint32_t index_position_of(std::uint32_t s) noexcept {
@@ -593,6 +709,18 @@ class keyed_lru {
       index_block_ = detail::table_block(new_size * sizeof(std::uint32_t), true);  // the old one kept if this throws
     index_ = static_cast<std::uint32_t*>(index_block_.data());
     index_mask_ = static_cast<std::uint32_t>(new_size - 1);
+    pending_count_ = pending_first_ = 0;  // every slot below size_ goes in below, the pending ones too
+    if (new_size >= filter_from) {
+      try {  // zeroed by the kernel; without one (no memory for it), lookups probe the index
+        filter_block_ = detail::table_block(new_size * filter_bits_per_entry / 8, true);
+        filter_ = static_cast<std::uint64_t*>(filter_block_.data());
+        // All of what the block holds (a mapped one is whole huge pages): fewer false "maybe"s.
+        filter_mask_ = static_cast<std::uint32_t>(std::bit_floor(filter_block_.bytes() / 64) - 1);
+        filter_stale_ = 0;
+      } catch (const std::bad_alloc&) {
+        drop_filter();
+      }
+    }
     publish_hint();
     // The slots are read in order, but each lands at a random place in the new index: a large
     // one misses the cache on nearly every insert. Loading the place of the slot rebuild_lead
@@ -601,6 +729,7 @@ class keyed_lru {
       if (s + rebuild_lead < size_) __builtin_prefetch(index_ + (at(s + rebuild_lead).key.hash() & index_mask_), 1);
       const std::uint32_t home = at(s).key.hash();
       insert_index(s, {home, tag_of(home)});
+      if (filter_ != nullptr) filter_add(home);
     }
   }
 
@@ -643,6 +772,13 @@ class keyed_lru {
     index_block_ = std::move(other.index_block_);
     next_index_ = std::move(other.next_index_);
     index_ = std::exchange(other.index_, nullptr);
+    filter_block_ = std::move(other.filter_block_);
+    filter_ = std::exchange(other.filter_, nullptr);
+    filter_mask_ = std::exchange(other.filter_mask_, 0);
+    filter_stale_ = std::exchange(other.filter_stale_, 0);
+    pending_ = other.pending_;
+    pending_count_ = std::exchange(other.pending_count_, 0);
+    pending_first_ = std::exchange(other.pending_first_, 0);
     publish_hint();
     other.publish_hint();
   }
@@ -650,6 +786,8 @@ class keyed_lru {
   void publish_hint() noexcept {
     index_hint_.store(index_, std::memory_order_relaxed);
     index_mask_hint_.store(index_mask_, std::memory_order_relaxed);
+    filter_hint_.store(filter_, std::memory_order_relaxed);
+    filter_mask_hint_.store(filter_mask_, std::memory_order_relaxed);
   }
 
   void move_to_front(std::uint32_t s) noexcept {
@@ -672,10 +810,12 @@ class keyed_lru {
   detail::chunk_pool* pool_ = nullptr;  // where chunks come from, or null: the table's own arenas
   std::uint32_t max_keys_;
   std::uint32_t tail_ = nil;  // least recently used
-  // prefetch()'s copies of index_ and index_mask_ (possibly a mismatched pair: a prefetch of a
-  // wrong address does no harm).
+  // prefetch()'s copies of index_ and index_mask_, filter_ and filter_mask_ (possibly mismatched
+  // pairs: a prefetch of a wrong address does no harm).
   std::atomic<const std::uint32_t*> index_hint_{nullptr};
   std::atomic<std::uint32_t> index_mask_hint_{0};
+  std::atomic<const std::uint64_t*> filter_hint_{nullptr};
+  std::atomic<std::uint32_t> filter_mask_hint_{0};
   std::size_t heap_key_bytes_ = 0;
   std::vector<slot*> chunks_;  // each chunk_mask + 1 slots (the last maybe fewer), in the arenas
   std::vector<detail::table_block> arenas_;
@@ -683,6 +823,15 @@ class keyed_lru {
   std::size_t arena_free_ = 0;   // of those, not made yet
   detail::table_block index_block_;
   detail::table_block next_index_;  // made ahead of the rebuild that will use it, or empty
+  // The filter (null below filter_from index entries): filter_mask_ + 1 blocks of 64 bytes.
+  std::uint64_t* filter_ = nullptr;
+  std::uint32_t filter_mask_ = 0;
+  std::uint32_t filter_stale_ = 0;  // evictions since the filter was last filled
+  detail::table_block filter_block_;
+  // Slots whose index entries are still to be written, oldest at pending_first_ (a ring).
+  std::array<std::uint32_t, max_pending> pending_{};
+  std::uint32_t pending_count_ = 0;
+  std::uint32_t pending_first_ = 0;
 };
 
 }  // namespace rc
