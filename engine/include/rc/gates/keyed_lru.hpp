@@ -27,14 +27,13 @@
 //   its hash, the tag is computed from it), and deletes by backward shift, so it needs no tombstones.
 // - from an index of filter_from entries (1 MiB) on, a key absent from the table is told so
 //   without reading the index. A large index is past the caches: each probe of it is a miss to
-//   memory. A blocked Bloom filter, an eighth of the index's size (4 bits per index entry; more
-//   when its block is rounded up to whole huge pages, all of which it uses), one cache line per
-//   key with filter_probes bits set in it, says "absent" for most such keys; a new key's own
-//   index entry is written max_pending inserts later, its line loaded meanwhile. A key whose
-//   entry is still pending is found among those few slots after the index. The filter never
-//   forgets a key (a false "maybe" costs only the probe it would have spared); evictions leave
-//   stale bits, so it is refilled from the slots once the evictions since its last fill pass half
-//   the keys held.
+//   memory. A blocked Bloom filter, an eighth of the index's size (4 bits per index entry), one
+//   cache line per key with filter_probes bits set in it, says "absent" for most such keys; a
+//   new key's own index entry is written max_pending inserts later, its line loaded meanwhile. A
+//   key whose entry is still pending is found among those few slots after the index. The filter
+//   never forgets a key (a false "maybe" costs only the probe it would have spared); evictions
+//   leave stale bits, so it is refilled from the slots once the evictions since its last fill
+//   pass half the keys held.
 #pragma once
 
 #include <algorithm>
@@ -712,10 +711,11 @@ class keyed_lru {
     pending_count_ = pending_first_ = 0;  // every slot below size_ goes in below, the pending ones too
     if (new_size >= filter_from) {
       try {  // zeroed by the kernel; without one (no memory for it), lookups probe the index
+        // Only what was asked of the block (a mapped one may hold more, in whole huge pages): a
+        // filter twice the size had fewer false "maybe"s but missed the caches more (rc-bench keys).
         filter_block_ = detail::table_block(new_size * filter_bits_per_entry / 8, true);
         filter_ = static_cast<std::uint64_t*>(filter_block_.data());
-        // All of what the block holds (a mapped one is whole huge pages): fewer false "maybe"s.
-        filter_mask_ = static_cast<std::uint32_t>(std::bit_floor(filter_block_.bytes() / 64) - 1);
+        filter_mask_ = static_cast<std::uint32_t>(new_size * filter_bits_per_entry / 512 - 1);
         filter_stale_ = 0;
       } catch (const std::bad_alloc&) {
         drop_filter();
