@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <iterator>
 #include <list>
 #include <random>
@@ -461,6 +462,101 @@ TEST_CASE("a full filtered table evicts the least recently used, pending keys an
   CHECK(t.size() == max_keys);
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < total + 2; ++i) wrong += holds(t, key_of(i)) != held[i] ? 1 : 0;
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("a filtered keyed table agrees with a simple model through a long random run of touches") {
+  // As the test below, at the size where the table has its filter: 100,000 keys out of 250,000,
+  // new ones, recent ones (their index entries maybe still pending) and old ones, an entry with
+  // odd waiters never evicted until its waiters leave (some steps later, as a gate's would).
+  // Once full, most new keys evict; then a refusal, made on purpose.
+  constexpr std::size_t max_keys = 100'000, universe = 250'000;
+  table t(max_keys);
+  std::list<std::size_t> order;  // most recent first
+  struct entry {
+    std::list<std::size_t>::iterator at;
+    std::uint32_t waiters;
+  };
+  std::unordered_map<std::size_t, entry> model;
+  std::vector<std::size_t> recent;  // the last keys inserted
+  std::deque<std::size_t> busy;     // keys given odd waiters, oldest first
+  std::mt19937 random(7);
+  const auto can_evict = [](const key_state& s) { return s.waiters % 2 == 0; };
+  std::size_t evictions = 0;
+  for (int step = 0; step < 600'000; ++step) {
+    if (busy.size() > 8) {  // the oldest busy key's waiters leave (find leaves the LRU order)
+      const std::size_t k = busy.front();
+      busy.pop_front();
+      if (const auto it = model.find(k); it != model.end() && it->second.waiters == 1) {
+        key_state* s = t.find(k % 7 == 0 ? long_key_of(k) : key_of(k));
+        REQUIRE(s != nullptr);
+        REQUIRE(s->waiters == 1);
+        s->waiters = it->second.waiters = 0;
+      }
+    }
+    const std::uint32_t pick = random() % 8;
+    const std::size_t k = pick == 0 && !recent.empty() ? recent[random() % recent.size()] : random() % universe;
+    const std::string key = k % 7 == 0 ? long_key_of(k) : key_of(k);
+    const bool present = model.count(k) != 0;
+    std::size_t victim = universe;
+    if (!present && model.size() == max_keys) {
+      std::size_t seen = 0;
+      for (auto it = order.rbegin(); it != order.rend() && seen < table::eviction_scan; ++it, ++seen)
+        if (model[*it].waiters % 2 == 0) {
+          victim = *it;
+          break;
+        }
+    }
+    key_state* state = t.touch(key, can_evict);
+    if (!present && model.size() == max_keys && victim == universe) {
+      REQUIRE(state == nullptr);
+      continue;
+    }
+    REQUIRE(state != nullptr);
+    if (present) {
+      REQUIRE(state->waiters == model[k].waiters);
+      order.erase(model[k].at);
+    } else {
+      REQUIRE(state->waiters == 0);
+      if (victim != universe) {
+        order.erase(model[victim].at);
+        model.erase(victim);
+        ++evictions;
+      }
+      recent.push_back(k);
+      if (recent.size() > 16) recent.erase(recent.begin());
+    }
+    order.push_front(k);
+    const std::uint32_t waiters = random() % 16 == 0 ? 1 : 0;
+    if (waiters == 1) busy.push_back(k);
+    state->waiters = waiters;
+    model[k] = {order.begin(), waiters};
+    REQUIRE(t.size() == model.size());
+  }
+  REQUIRE(t.filtered());
+  CHECK(evictions > 100'000);  // the filter refilled several times
+
+  // The eight least recently used busy: a new key is refused, and nothing changes; one of them
+  // free again: the next new key takes its place.
+  const std::vector<std::size_t> tail(order.rbegin(), std::next(order.rbegin(), table::eviction_scan));
+  const auto state_of = [&](std::size_t k) { return t.find(k % 7 == 0 ? long_key_of(k) : key_of(k)); };
+  for (const std::size_t k : tail) state_of(k)->waiters = model[k].waiters = 1;
+  CHECK(t.touch(key_of(universe), can_evict) == nullptr);
+  CHECK(t.find(key_of(universe)) == nullptr);
+  CHECK(t.size() == max_keys);
+  state_of(tail[3])->waiters = model[tail[3]].waiters = 0;
+  REQUIRE(t.touch(key_of(universe), can_evict) != nullptr);
+  CHECK(state_of(tail[3]) == nullptr);
+  order.erase(model[tail[3]].at);
+  model.erase(tail[3]);
+  order.push_front(universe);
+  model[universe] = {order.begin(), 0};
+  std::size_t wrong = 0;
+  for (std::size_t k = 0; k <= universe; ++k) {
+    const key_state* s = t.find(k % 7 == 0 ? long_key_of(k) : key_of(k));
+    const auto it = model.find(k);
+    wrong += (it == model.end() ? s != nullptr : s == nullptr || s->waiters != it->second.waiters) ? 1 : 0;
+  }
   CHECK(wrong == 0);
 }
 
