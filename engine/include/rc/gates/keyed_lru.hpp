@@ -710,7 +710,7 @@ class keyed_lru {
     index_mask_ = static_cast<std::uint32_t>(new_size - 1);
     pending_count_ = pending_first_ = 0;  // every slot below size_ goes in below, the pending ones too
     if (new_size >= filter_from) {
-      try {  // zeroed by the kernel; without one (no memory for it), lookups probe the index
+      try {  // zeroed; without one (no memory for it), lookups probe the index
         // Only what was asked of the block (a mapped one may hold more, in whole huge pages): a
         // filter twice the size had fewer false "maybe"s but missed the caches more (rc-bench keys).
         filter_block_ = detail::table_block(new_size * filter_bits_per_entry / 8, true);
