@@ -87,17 +87,21 @@ error& error::operator=(const error& other) {
   retryable_ = other.retryable_;
   cause_ = other.cause_;
   deferred_ = other.deferred_;
-  const bool ready = !other.deferred_ || other.state_.load(std::memory_order_acquire) == built;
-  if (ready) {
+  const bool message_ready = !other.deferred_ || other.message_state_.load(std::memory_order_acquire) == built;
+  const bool details_ready = !other.deferred_ || other.details_state_.load(std::memory_order_acquire) == built;
+  if (message_ready) {
     message_ = other.message_;
-    details_ = other.details_;
     what_ = other.what_;
   } else {
     message_.clear();
-    details_ = nullptr;
     what_.clear();
   }
-  state_.store(ready && deferred_ ? built : unbuilt, std::memory_order_release);
+  if (details_ready)
+    details_ = other.details_;
+  else
+    details_ = nullptr;
+  message_state_.store(message_ready && deferred_ ? built : unbuilt, std::memory_order_release);
+  details_state_.store(details_ready && deferred_ ? built : unbuilt, std::memory_order_release);
   return *this;
 }
 
@@ -107,41 +111,60 @@ error& error::operator=(error&& other) noexcept {
   code_ = other.code_;
   retryable_ = other.retryable_;
   cause_ = std::move(other.cause_);
-  const bool ready = !other.deferred_ || other.state_.load(std::memory_order_acquire) == built;
+  const bool message_ready = !other.deferred_ || other.message_state_.load(std::memory_order_acquire) == built;
+  const bool details_ready = !other.deferred_ || other.details_state_.load(std::memory_order_acquire) == built;
   deferred_ = std::move(other.deferred_);
   message_ = std::move(other.message_);
   details_ = std::move(other.details_);
   what_ = std::move(other.what_);
-  state_.store(ready && deferred_ ? built : unbuilt, std::memory_order_release);
+  message_state_.store(message_ready && deferred_ ? built : unbuilt, std::memory_order_release);
+  details_state_.store(details_ready && deferred_ ? built : unbuilt, std::memory_order_release);
   return *this;
 }
 
-void error::build() const {
-  // Each error builds its own fields, once: a transport may read every refusal's message, on every
-  // thread, so no lock is shared between errors. A thread that finds another one building waits
-  // for it (the build is short); if that build throws, the fields are left unbuilt for the next
-  // reader to try.
+namespace {
+// Builds one part of a deferred error, once: a transport may read every refusal's message, on
+// every thread, so no lock is shared between errors. A thread that finds another one building
+// waits for it (the build is short); if that build throws, the part is left unbuilt for the next
+// reader to try.
+template <class Build>
+void build_once(std::atomic<std::uint8_t>& state, std::uint8_t unbuilt, std::uint8_t building, std::uint8_t built,
+                Build&& build) {
   for (;;) {
-    std::uint8_t s = state_.load(std::memory_order_acquire);
+    std::uint8_t s = state.load(std::memory_order_acquire);
     if (s == built) return;
-    if (s == unbuilt && state_.compare_exchange_weak(s, building, std::memory_order_acquire)) break;
+    if (s == unbuilt && state.compare_exchange_weak(s, building, std::memory_order_acquire)) break;
     std::this_thread::yield();
   }
   try {
-    message_ = deferred_->message();
-    nlohmann::json d = deferred_->details();
-    details_ = d.is_object() ? std::move(d) : nlohmann::json::object();
-    what_ = fmt::format("{}: {}", rc::code_string(code_), message_);
+    build();
   } catch (...) {
-    state_.store(unbuilt, std::memory_order_release);
+    state.store(unbuilt, std::memory_order_release);
     throw;
   }
-  state_.store(built, std::memory_order_release);
+  state.store(built, std::memory_order_release);
+}
+}  // namespace
+
+void error::build_message() const {
+  build_once(message_state_, unbuilt, building, built, [this] {
+    message_ = deferred_->message();
+    what_ = fmt::format("{}: {}", rc::code_string(code_), message_);
+  });
+}
+
+void error::build_details() const {
+  build_once(details_state_, unbuilt, building, built, [this] {
+    nlohmann::json d = deferred_->details();
+    details_ = d.is_object() ? std::move(d) : nlohmann::json::object();
+  });
 }
 
 const nlohmann::json* error::detail(std::string_view name) const {
-  if (deferred_ && state_.load(std::memory_order_acquire) != built)
+  if (deferred_ && details_state_.load(std::memory_order_acquire) != built) {
     if (const nlohmann::json* field = deferred_->field(name)) return field;
+    if (!deferred_->may_have(name)) return nullptr;
+  }
   const nlohmann::json& d = details();
   const auto it = d.find(name);
   return it == d.end() ? nullptr : &*it;
@@ -149,7 +172,7 @@ const nlohmann::json* error::detail(std::string_view name) const {
 
 const char* error::what() const noexcept {
   try {
-    materialise();
+    (void)message();
   } catch (...) {
     return "rc::error (its message could not be built)";
   }

@@ -1,5 +1,6 @@
 // slow_down in virtual time: every time below is exact.
 #include <catch2/catch.hpp>
+#include <optional>
 #include <rc/rc.hpp>
 
 #include "support/traffic.hpp"
@@ -183,6 +184,37 @@ TEST_CASE("a delay that would reach the caller's deadline fails fast with RC5013
   CHECK(r.events.rejected[1]["delayMs"] == 9000.0);
   CHECK(r.events.rejected[1]["timeLeftMs"] == 5000.0);
   CHECK(r.events.rejected[1]["retryAfterMs"] == 10000.0);
+}
+
+TEST_CASE("a slow_down refusal answers each detail before its details are built as they would") {
+  // Nobody reads the refusal before the copy (no subscriber): each name read from the unread copy
+  // alone, a transport's own names included, is what the built details hold, or absent with them.
+  std::optional<rc::error> refused;
+  {
+    rc::context ctx(rc::virtual_time);
+    rc::spy<int> out;
+    traffic_log log;
+    auto script = burst(5);
+    script[4].timeout = 4s;  // its delay would reach its deadline
+    ctx.add(rc::craft().id("api").from(traffic(script, log)).slow_down(brief()).to(out));
+    ctx.start();
+    ctx.drain();
+    ctx.stop();
+    REQUIRE(log[5].refused());
+    refused = *log[5].failure;
+  }
+  const rc::error unread = *refused;
+  const nlohmann::json& built = refused->details();
+  CHECK(built.contains("delay_ms"));
+  for (const char* field : {"gate", "key", "label", "retry_after_ms", "hits", "delay_ms", "time_left_ms", "retry_after",
+                            "status", "message", "headers"}) {
+    CAPTURE(field);
+    const rc::error fresh = unread;  // unbuilt: each name is its first read
+    const nlohmann::json* one = fresh.detail(field);
+    const auto it = built.find(field);
+    REQUIRE((one != nullptr) == (it != built.end()));
+    if (one) CHECK(*one == *it);
+  }
 }
 
 TEST_CASE("a caller that hangs up during its delay is dropped and nothing downstream runs") {

@@ -34,6 +34,11 @@ struct counted_fields {
   }
 };
 
+// counted_fields that also say which names their details may hold.
+struct listed_fields : counted_fields {
+  bool may_have(std::string_view name) const noexcept { return name == "key" || name == "retry_after_ms"; }
+};
+
 // Builds slowly, counting its builds; its first `failures` builds throw.
 struct racing_fields {
   std::shared_ptr<std::atomic<int>> builds = std::make_shared<std::atomic<int>>(0);
@@ -96,6 +101,39 @@ TEST_CASE("deferred_error builds its message and details once, on first read, th
   REQUIRE(key != nullptr);
   CHECK(*key == "b");
   CHECK(fresh.detail("missing") == nullptr);
+}
+
+TEST_CASE("a deferred error builds its message without its details, and answers names its source lacks unbuilt") {
+  listed_fields f;
+  f.key = "a";
+  const auto messages = f.messages;
+  const auto details_built = f.details_built;
+  const rc::error err = rc::deferred_error(rc::errc::rate_limited, true, f);
+  // What an HTTP transport asks of a refusal: a status, a body, headers; then its message.
+  CHECK(err.detail("status") == nullptr);
+  CHECK(err.detail("message") == nullptr);
+  CHECK(err.detail("headers") == nullptr);
+  CHECK(*err.detail("retry_after_ms") == 250.0);
+  CHECK(err.message() == "refused key \"a\"");
+  CHECK(std::string(err.what()) == "RC5013: refused key \"a\"");
+  CHECK(*messages == 1);
+  CHECK(*details_built == 0);
+
+  // A name the source may hold is looked up in the built details.
+  const rc::error copy = err;  // takes the built message; its details are its own to build
+  CHECK(*err.detail("key") == "a");
+  CHECK(*details_built == 1);
+  CHECK(err.detail("key") != nullptr);
+  CHECK(*details_built == 1);
+  CHECK(copy.message() == "refused key \"a\"");
+  CHECK(*messages == 1);
+  CHECK(copy.details() == err.details());
+  CHECK(*details_built == 2);
+
+  // Without may_have, every name not at hand builds the details (plain_fields: the "n" only).
+  const rc::error plain = rc::deferred_error(rc::errc::rate_limited, true, plain_fields{});
+  CHECK(plain.detail("status") == nullptr);
+  CHECK(*plain.detail("n") == 1);
 }
 
 TEST_CASE("deferred_error travels in an exception_ptr and reads there as thrown") {

@@ -53,15 +53,18 @@ std::string_view code_meaning(errc code) noexcept;
 class error : public std::exception {
  public:
   /// A raise site on a hot path (a gate's refusal) may defer its message and details: they are
-  /// built once, on first read (message(), details(), what()), from an immutable source. Every
-  /// read sees exactly what an eager error would hold; detail() can answer single fields from the
-  /// source without building the rest.
+  /// built once, on first read, from an immutable source: the message (with what()) when it is
+  /// read, the details when they are. Every read sees exactly what an eager error would hold;
+  /// detail() can answer single fields from the source, and names it lacks, without building the
+  /// details.
   struct deferred {
     virtual ~deferred() = default;
     virtual std::string message() const = 0;
     virtual nlohmann::json details() const = 0;  // an object
     /// One field of details() if the source has it at hand (else null: details() is built).
     virtual const nlohmann::json* field(std::string_view) const noexcept { return nullptr; }
+    /// False when details() surely has no such name: detail() answers null without building.
+    virtual bool may_have(std::string_view) const noexcept { return true; }
   };
 
   error(errc code, std::string message);
@@ -77,18 +80,18 @@ class error : public std::exception {
   errc code() const noexcept { return code_; }
   std::string code_string() const { return rc::code_string(code_); }
   const std::string& message() const {
-    materialise();
+    if (deferred_ && message_state_.load(std::memory_order_acquire) != built) build_message();
     return message_;
   }
   bool retryable() const noexcept { return retryable_; }
   const std::exception_ptr& cause() const noexcept { return cause_; }
   /// Structured fields for machines (retry_after_ms, limit, key, ...). Always an object.
   const nlohmann::json& details() const {
-    materialise();
+    materialise_details();
     return details_;
   }
   nlohmann::json& details() {
-    materialise();
+    materialise_details();
     return details_;
   }
   /// details()[name] or null when absent; a deferred error answers from its source when it can.
@@ -98,10 +101,11 @@ class error : public std::exception {
   const char* what() const noexcept override;
 
  private:
-  void materialise() const {
-    if (deferred_ && state_.load(std::memory_order_acquire) != built) build();
+  void materialise_details() const {
+    if (deferred_ && details_state_.load(std::memory_order_acquire) != built) build_details();
   }
-  void build() const;
+  void build_message() const;
+  void build_details() const;
 
   errc code_;
   mutable std::string message_;
@@ -110,9 +114,11 @@ class error : public std::exception {
   mutable nlohmann::json details_;
   mutable std::string what_;
   std::shared_ptr<const deferred> deferred_;  // null for an eager error
-  // A deferred error's fields: not built, being built by one thread (others wait for it), built.
+  // A deferred error's message (with what_) and its details, each: not built, being built by one
+  // thread (others wait for it), built.
   enum : std::uint8_t { unbuilt, building, built };
-  mutable std::atomic<std::uint8_t> state_{unbuilt};
+  mutable std::atomic<std::uint8_t> message_state_{unbuilt};
+  mutable std::atomic<std::uint8_t> details_state_{unbuilt};
 };
 
 namespace detail {
@@ -128,6 +134,12 @@ class deferred_fields final : public error::deferred {
     else
       return nullptr;
   }
+  bool may_have(std::string_view name) const noexcept override {
+    if constexpr (requires { fields_.may_have(name); })
+      return fields_.may_have(name);
+    else
+      return true;
+  }
 
  private:
   Fields fields_;
@@ -137,9 +149,10 @@ class deferred_fields final : public error::deferred {
 /// An error whose message and details are built when first read, from `fields`: a value with
 /// `std::string message() const` and `nlohmann::json details() const` (an object), and
 /// optionally `const nlohmann::json* field(std::string_view) const noexcept` for the details it
-/// can answer one by one. For raise sites on a hot path (a refusal, a fast failure) whose error
-/// is mostly let go unread: it costs one allocation for `fields` instead of a formatted message
-/// and a JSON object. `fields` must own what it reads: the error may outlive its raise site.
+/// can answer one by one and `bool may_have(std::string_view) const noexcept`, false for a name
+/// its details never hold (a transport asking for one then builds nothing). For raise sites on a hot path (a refusal, a
+/// fast failure) whose error is mostly let go unread: it costs one allocation for `fields` instead of a formatted
+/// message and a JSON object. `fields` must own what it reads: the error may outlive its raise site.
 template <class Fields>
 error deferred_error(errc code, bool retryable, Fields fields) {
   return error(code, std::make_shared<const detail::deferred_fields<Fields>>(std::move(fields)), retryable);

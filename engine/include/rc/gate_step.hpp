@@ -54,6 +54,7 @@
 //   void fields(nlohmann::json&, const ticket&, const gate_decision&, event_id) const;
 //   static std::string refusal_text(const ticket&, const gate_decision&, std::optional<std::string_view> key);
 //   static void refusal_details(nlohmann::json&, const ticket&, const gate_decision&);
+//   static constexpr std::array<std::string_view, N> refusal_detail_names;   every name that adds
 //     (static: a refusal's error builds its text from these when first read, maybe after the gate is gone)
 // and, as traits say:
 //   queues:          duration head_wait(const state&, time_point, uint32 queued) const;
@@ -70,6 +71,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -155,8 +157,8 @@ struct gate_slot<State, true> {
 
 // One refusal's RC5013 message and details (deferred_error), for a gate whose limiter L formats
 // them (L::refusal_text, L::refusal_details: static, as the error may outlive the gate). It copies
-// what it reads. A transport that maps a refusal to a status reads retry_after_ms alone, without
-// building the rest.
+// what it reads. A transport that maps a refusal to a status reads retry_after_ms alone, and asks
+// for names a gate's details never hold (an HTTP status, body or headers), without building them.
 template <class L>
 class gate_refusal_fields {
  public:
@@ -183,6 +185,12 @@ class gate_refusal_fields {
   }
   const nlohmann::json* field(std::string_view name) const noexcept {
     return name == "retry_after_ms" ? &retry_after_ms_ : nullptr;
+  }
+  bool may_have(std::string_view name) const noexcept {
+    if (name == "gate" || name == "retry_after_ms" || (keyed_ && name == "key") || (!label_.empty() && name == "label"))
+      return true;
+    return std::find(L::refusal_detail_names.begin(), L::refusal_detail_names.end(), name) !=
+           L::refusal_detail_names.end();
   }
 
  private:

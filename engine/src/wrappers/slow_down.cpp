@@ -1,6 +1,7 @@
 #include "rc/wrappers/slow_down.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "limit_note_fill.hpp"
@@ -95,6 +96,8 @@ struct slow_down_gate : slow_down_limiter<Counter> {
     details["time_left_ms"] = to_ms(t.time_left);
     details["retry_after"] = rate_limit_reset_seconds(d.wait);
   }
+  static constexpr std::array<std::string_view, 4> refusal_detail_names{"hits", "delay_ms", "time_left_ms",
+                                                                        "retry_after"};
 };
 
 template <class Counter>

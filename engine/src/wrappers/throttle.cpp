@@ -1,5 +1,6 @@
 #include "rc/wrappers/throttle.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -55,6 +56,7 @@ struct throttle_gate : throttle_limiter {
     return msg;
   }
   static void refusal_details(nlohmann::json&, const ticket&, const gate_decision&) {}
+  static constexpr std::array<std::string_view, 0> refusal_detail_names{};
 };
 
 // The bucket in a decision_store: GCRA there (one emission interval per token, a tolerance of
