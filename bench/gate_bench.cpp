@@ -1,5 +1,6 @@
 // Throttle decision cost: the clock-free bucket math alone, and with the per-key table in front;
-// and what reading a refusal's deferred error costs, on one thread and on two at once.
+// and what reading a refusal's deferred error costs, on one thread and on two at once, and as the
+// HTTP server reads it.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rc/error.hpp"
@@ -92,6 +94,41 @@ void BM_deferred_error_read(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_deferred_error_read)->Threads(1)->Threads(2)->UseRealTime();
+
+// A keyed throttle's refusal as the HTTP server reads it for a 429: a status, a body and headers
+// asked for (none of which a gate's details hold), retry_after_ms for Retry-After, then the
+// message for the body. The fields answer retry_after_ms at hand and list the names their details
+// hold, as the gates' own do.
+struct listed_refusal_fields {
+  std::int64_t n;
+  nlohmann::json retry_after_ms;
+  std::string message() const {
+    return "throttle rejected the exchange: rate limit exceeded for key \"client-" + std::to_string(n) +
+           "\". Retry after ~1000ms.";
+  }
+  nlohmann::json details() const {
+    return {{"gate", "throttle"}, {"retry_after_ms", retry_after_ms}, {"key", "client-" + std::to_string(n)}};
+  }
+  const nlohmann::json* field(std::string_view name) const noexcept {
+    return name == "retry_after_ms" ? &retry_after_ms : nullptr;
+  }
+  bool may_have(std::string_view name) const noexcept {
+    return name == "gate" || name == "retry_after_ms" || name == "key";
+  }
+};
+void BM_refusal_read_as_http(benchmark::State& state) {
+  std::int64_t n = 0;
+  for (auto _ : state) {
+    ++n;
+    const rc::error e = rc::deferred_error(rc::errc::rate_limited, true, listed_refusal_fields{n, 1000.0});
+    benchmark::DoNotOptimize(e.detail("status"));
+    benchmark::DoNotOptimize(e.detail("message"));
+    benchmark::DoNotOptimize(e.detail("headers"));
+    benchmark::DoNotOptimize(e.detail("retry_after_ms"));
+    benchmark::DoNotOptimize(e.message().size());
+  }
+}
+BENCHMARK(BM_refusal_read_as_http);
 
 }  // namespace
 
