@@ -150,9 +150,10 @@ class deferred_fields final : public error::deferred {
 /// `std::string message() const` and `nlohmann::json details() const` (an object), and
 /// optionally `const nlohmann::json* field(std::string_view) const noexcept` for the details it
 /// can answer one by one and `bool may_have(std::string_view) const noexcept`, false for a name
-/// its details never hold (a transport asking for one then builds nothing). For raise sites on a hot path (a refusal, a
-/// fast failure) whose error is mostly let go unread: it costs one allocation for `fields` instead of a formatted
-/// message and a JSON object. `fields` must own what it reads: the error may outlive its raise site.
+/// its details never hold (a transport asking for one then builds nothing). For raise sites on a
+/// hot path (a refusal, a fast failure) whose error is mostly let go unread: it costs one
+/// allocation for `fields` instead of a formatted message and a JSON object. `fields` must own
+/// what it reads: the error may outlive its raise site.
 template <class Fields>
 error deferred_error(errc code, bool retryable, Fields fields) {
   return error(code, std::make_shared<const detail::deferred_fields<Fields>>(std::move(fields)), retryable);
