@@ -122,14 +122,12 @@ error& error::operator=(error&& other) noexcept {
   return *this;
 }
 
-namespace {
 // Builds one part of a deferred error, once: a transport may read every refusal's message, on
 // every thread, so no lock is shared between errors. A thread that finds another one building
 // waits for it (the build is short); if that build throws, the part is left unbuilt for the next
 // reader to try.
 template <class Build>
-void build_once(std::atomic<std::uint8_t>& state, std::uint8_t unbuilt, std::uint8_t building, std::uint8_t built,
-                Build&& build) {
+void error::build_once(std::atomic<std::uint8_t>& state, Build&& build) {
   for (;;) {
     std::uint8_t s = state.load(std::memory_order_acquire);
     if (s == built) return;
@@ -144,17 +142,16 @@ void build_once(std::atomic<std::uint8_t>& state, std::uint8_t unbuilt, std::uin
   }
   state.store(built, std::memory_order_release);
 }
-}  // namespace
 
 void error::build_message() const {
-  build_once(message_state_, unbuilt, building, built, [this] {
+  build_once(message_state_, [this] {
     message_ = deferred_->message();
     what_ = fmt::format("{}: {}", rc::code_string(code_), message_);
   });
 }
 
 void error::build_details() const {
-  build_once(details_state_, unbuilt, building, built, [this] {
+  build_once(details_state_, [this] {
     nlohmann::json d = deferred_->details();
     details_ = d.is_object() ? std::move(d) : nlohmann::json::object();
   });

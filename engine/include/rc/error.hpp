@@ -106,6 +106,8 @@ class error : public std::exception {
   }
   void build_message() const;
   void build_details() const;
+  template <class Build>
+  static void build_once(std::atomic<std::uint8_t>& state, Build&& build);
 
   errc code_;
   mutable std::string message_;
