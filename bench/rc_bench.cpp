@@ -700,9 +700,13 @@ result inflight(const run_config& c) {
 result keyed(const run_config& c, bool burst) {
   rc::context ctx(bench_options());
   tally completed;
+  std::vector<int> values = iota_values(c.n);
+  // Before the route joins (the source's values made already): a split table (several threads)
+  // sizes its parts' indexes then.
+  const double before = rss_mb();
   ctx.add(rc::craft()
               .id("keys")
-              .from(burst ? rc::simple(iota_values(c.n)) : rc::sequence(iota_values(c.n)))
+              .from(burst ? rc::simple(std::move(values)) : rc::sequence(std::move(values)))
               // 1000/s: a bucket that took one token is full again (evictable) after 1 ms.
               .throttle({.rate = 1000,
                          .key = [](const rc::exchange& ex) { return "user-" + std::to_string(ex.body<int>()); },
@@ -712,7 +716,6 @@ result keyed(const run_config& c, bool burst) {
                 return v + 1;
               })
               .to(rc::noop()));
-  const double before = rss_mb();
   result r;
   r.seconds = run_to_idle(ctx);
   const double grown_mb = rss_mb() - before;  // the table is still alive: the route owns it

@@ -1,11 +1,12 @@
 // A keyed throttle with a large table (max_keys >= 65,536) on a context of several threads splits
-// it in parts by key hash (16 at 65,536, 128 at 1,000,000), each with its own lock, so that
-// threads deciding for different keys rarely meet. What a user relies on must not change: at most
-// max_keys keys are tracked (the parts draw room from one budget, a few dozen keys at a time), a
-// key in debt is never forgotten, keys beyond the table wait in the one overflow bucket in arrival
-// order, the counters count every decision once, and nothing is refused. Virtual time (the gate
-// told it will run on two threads, as a context of two would tell it), except the two-thread
-// cases at the end (which measure no time).
+// it in parts by key hash (16 at 65,536, 128 at 1,000,000), each with its own lock and an index
+// sized for its share, so that threads deciding for different keys rarely meet or wait for a
+// growing index. What a user relies on must not change: at most max_keys keys are tracked (the
+// parts draw room from one budget, a few dozen keys at a time), a key in debt is never forgotten,
+// keys beyond the table wait in the one overflow bucket in arrival order, the counters count every
+// decision once, and nothing is refused. Virtual time (the gate told it will run on two threads,
+// as a context of two would tell it), except the two-thread cases at the end (which measure no
+// time).
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -84,6 +85,29 @@ TEST_CASE(
                   .build();
   dynamic_cast<rc::wrapper*>(slow.gates.at(0).get())->attach(2);
   CHECK(gate_of(slow)->stats().parts == 1);  // its overflow sketch is shared by every key
+}
+
+TEST_CASE("a split table sizes each part's index for its share of max_keys at the split, with filters from 1,000,000") {
+  // No index of a part is rebuilt (under its lock, with another thread waiting for it) before the
+  // part holds its share and an eighth more. At 65,536 keys: 16 parts of 8,192 entries (4 bytes
+  // each), 512 KiB in all, which the caches hold: no filter. At 1,000,000: 128 parts of 16,384
+  // entries, 8 MiB in all as one table's index would be, each with its filter (4 bits per entry).
+  const auto split_at = [](std::size_t max_keys) {
+    auto def = rc::craft()
+                   .id("t")
+                   .throttle({.rate = 10, .key = key_of, .max_keys = max_keys})
+                   .from(rc::simple(std::vector<int>{}))
+                   .to(rc::noop())
+                   .build();
+    return split_gate(def)->stats();
+  };
+  const rc::keyed_gate_stats small = split_at(big);
+  CHECK(small.parts == 16);
+  CHECK(small.keys == 0);
+  CHECK(small.memory_bytes == 16 * 8'192 * 4);
+  const rc::keyed_gate_stats large = split_at(1'000'000);
+  CHECK(large.parts == 128);
+  CHECK(large.memory_bytes == 128 * (16'384 * 4 + 16'384 / 2));
 }
 
 TEST_CASE("a split table tracks at most max_keys keys, and the keys beyond wait in the overflow in arrival order") {

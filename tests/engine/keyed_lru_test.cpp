@@ -465,13 +465,14 @@ TEST_CASE("a full filtered table evicts the least recently used, pending keys an
   CHECK(wrong == 0);
 }
 
-TEST_CASE("a filtered keyed table agrees with a simple model through a long random run of touches") {
-  // As the test below, at the size where the table has its filter: 100,000 keys out of 250,000,
-  // new ones, recent ones (their index entries maybe still pending) and old ones, an entry with
-  // odd waiters never evicted until its waiters leave (some steps later, as a gate's would).
-  // Once full, most new keys evict; then a refusal, made on purpose.
-  constexpr std::size_t max_keys = 100'000, universe = 250'000;
-  table t(max_keys);
+namespace {
+
+// A random run of `steps` touches through a filtered table t of max_keys keys, checked against a
+// model as the test of a small table below is: keys out of `universe`, new ones, recent ones (their
+// index entries maybe still pending) and old ones, an entry with odd waiters never evicted until
+// its waiters leave (some steps later, as a gate's would). Once full, most new keys evict (at
+// least min_evictions in all); then a refusal, made on purpose, and every key checked.
+void agrees_with_model(table& t, std::size_t max_keys, std::size_t universe, int steps, std::size_t min_evictions) {
   std::list<std::size_t> order;  // most recent first
   struct entry {
     std::list<std::size_t>::iterator at;
@@ -483,7 +484,7 @@ TEST_CASE("a filtered keyed table agrees with a simple model through a long rand
   std::mt19937 random(7);
   const auto can_evict = [](const key_state& s) { return s.waiters % 2 == 0; };
   std::size_t evictions = 0;
-  for (int step = 0; step < 600'000; ++step) {
+  for (int step = 0; step < steps; ++step) {
     if (busy.size() > 8) {  // the oldest busy key's waiters leave (find leaves the LRU order)
       const std::size_t k = busy.front();
       busy.pop_front();
@@ -534,7 +535,7 @@ TEST_CASE("a filtered keyed table agrees with a simple model through a long rand
     REQUIRE(t.size() == model.size());
   }
   REQUIRE(t.filtered());
-  CHECK(evictions > 100'000);  // the filter refilled several times
+  CHECK(evictions > min_evictions);
 
   // The eight least recently used busy: a new key is refused, and nothing changes; one of them
   // free again: the next new key takes its place.
@@ -558,6 +559,51 @@ TEST_CASE("a filtered keyed table agrees with a simple model through a long rand
     wrong += (it == model.end() ? s != nullptr : s == nullptr || s->waiters != it->second.waiters) ? 1 : 0;
   }
   CHECK(wrong == 0);
+}
+
+}  // namespace
+
+TEST_CASE("a filtered keyed table agrees with a simple model through a long random run of touches") {
+  // At the size where the table has its filter: 100,000 keys out of 250,000; more than 100,000
+  // evictions refill the filter several times.
+  table t(100'000);
+  agrees_with_model(t, 100'000, 250'000, 600'000, 100'000);
+}
+
+TEST_CASE(
+    "a table sized ahead holds its keys in that index, with a filter when asked however small, and agrees with the "
+    "model") {
+  // A part of a split table: sized for 3,000 keys (an index of 4,096 entries), filtered though
+  // small. On a chunk pool: its memory is the index, the filter (a bit for every two entries),
+  // the slots and their chunk list, nothing else.
+  constexpr std::size_t keys = 3'000;
+  rc::detail::chunk_pool pool(table::pool_bytes(10'000, 1));
+  table t(10'000, 10'000, &pool);
+  REQUIRE(table::index_entries_for(keys) == 4'096);
+  t.reserve_index(keys, true);
+  CHECK(t.filtered());
+  constexpr std::size_t index_and_filter = 4'096 * 4 + 4'096 / 2;
+  CHECK(t.memory_bytes() == index_and_filter);
+  for (std::size_t i = 0; i < keys; ++i) REQUIRE(t.touch(key_of(i), always) != nullptr);
+  // 24 chunks of 128 slots and a list of at most 64 chunk pointers beside the index as reserved.
+  CHECK(t.memory_bytes() <= index_and_filter + 24 * 128 * table::slot_bytes() + 64 * sizeof(void*));
+  for (std::size_t i = 0; i < keys; ++i) REQUIRE(holds(t, key_of(i)));
+  CHECK_FALSE(holds(t, key_of(keys)));
+  // A table holding keys is left as it is.
+  const std::size_t held = t.memory_bytes();
+  t.reserve_index(100'000, true);
+  CHECK(t.memory_bytes() == held);
+  // Asked for no filter, a small table sized ahead has none.
+  table plain(10'000);
+  plain.reserve_index(keys, false);
+  CHECK_FALSE(plain.filtered());
+  CHECK(plain.memory_bytes() == 4'096 * 4);
+
+  // Full and evicting through the filter, which stays (past the reserved size too: max_keys
+  // 5,000 rebuilds the index once, at 3,073 keys).
+  table small(5'000);
+  small.reserve_index(keys, true);
+  agrees_with_model(small, 5'000, 12'000, 100'000, 20'000);
 }
 
 TEST_CASE("a keyed table agrees with a simple model through a long random run of touches") {

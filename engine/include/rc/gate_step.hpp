@@ -23,9 +23,12 @@
 //   the table by the key hash's high bits into parts_for(max_keys) parts, each with its own
 //   lock, queues and counters, so threads deciding for different keys seldom meet. The parts'
 //   slots come from one chunk_pool (whole huge pages, the next made ahead outside every lock),
-//   and their room from one budget of max_keys keys, room_block at a time. The overflow state
-//   then has a lock of its own, taken inside a part's (never the other way round), and the time
-//   is read again under it. One thread keeps one table: faster there (cache locality);
+//   and their room from one budget of max_keys keys, room_block at a time. Each part's index is
+//   sized at the split for its share of max_keys and some (none is rebuilt, under its lock, while
+//   another thread waits for it), with the filter when the parts' indexes together are past the
+//   caches (keyed_lru::reserve_index). The overflow state then has a lock of its own, taken
+//   inside a part's (never the other way round), and the time is read again under it. One
+//   thread keeps one table: faster there (cache locality);
 // - waits. A `wait` is a timer from the arrival. A `queue` place is strictly FIFO per key: only
 //   the head has a due time (head_wait); when it is admitted (head_admitted, which may move the
 //   schedule after a stall) the next becomes head. Shutdown (the route's intake fires) admits a
@@ -246,7 +249,15 @@ class gate_step final : public wrapper, public keyed_gate {
     const std::size_t n = parts_for(common_.max_keys);
     pool_ = std::make_unique<detail::chunk_pool>(keyed_lru<slot>::pool_bytes(common_.max_keys, n));
     auto parts = std::make_unique<part[]>(n);
-    for (std::size_t i = 0; i < n; ++i) parts[i].table = keyed_lru<slot>(common_.max_keys, 0, pool_.get());
+    // Room in each index for the part's share of max_keys and an eighth more (the keys a hash
+    // spreads over n parts differ from the share by about its square root).
+    const std::size_t share = (common_.max_keys + n - 1) / n;
+    const std::size_t reserved = share + share / 8;
+    const bool filtered = keyed_lru<slot>::index_entries_for(reserved) * n >= keyed_lru<slot>::filter_from;
+    for (std::size_t i = 0; i < n; ++i) {
+      parts[i].table = keyed_lru<slot>(common_.max_keys, 0, pool_.get());
+      parts[i].table.reserve_index(reserved, filtered);
+    }
     parts_ = std::move(parts);
     part_count_ = n;
     part_shift_ = 32 - static_cast<unsigned>(std::countr_zero(n));
@@ -255,8 +266,8 @@ class gate_step final : public wrapper, public keyed_gate {
   /// A keyed gate with at least this max_keys, whose limiter allows it, splits its table.
   static constexpr std::size_t split_from = 65536;
   /// A split table has a part for every keys_per_part of max_keys (a power of two parts, at most
-  /// max_parts): parts small enough that growing one (a new index) is short next to the time
-  /// another thread takes to come to the same part.
+  /// max_parts): enough that two threads seldom want one at once. (With each part's index sized
+  /// at the split, 32, 64 and 128 parts at 1,000,000 keys ran alike on two threads.)
   static constexpr std::size_t keys_per_part = 4096;
   static constexpr std::size_t max_parts = 256;
   static constexpr std::size_t parts_for(std::size_t max_keys) noexcept {

@@ -25,15 +25,17 @@
 //   number with a tag (bits mixed from the key's hash), so a probe rarely touches a slot whose key
 //   cannot match. It doubles at 3/4 load, refilled from the slots in memory order (a slot keeps
 //   its hash, the tag is computed from it), and deletes by backward shift, so it needs no tombstones.
-// - from an index of filter_from entries (1 MiB) on, a key absent from the table is told so
-//   without reading the index. A large index is past the caches: each probe of it is a miss to
-//   memory. A blocked Bloom filter, an eighth of the index's size (4 bits per index entry), one
-//   cache line per key with filter_probes bits set in it, says "absent" for most such keys; a
-//   new key's own index entry is written max_pending inserts later, its line loaded meanwhile. A
-//   key whose entry is still pending is found among those few slots after the index. The filter
-//   never forgets a key (a false "maybe" costs only the probe it would have spared); evictions
-//   leave stale bits, so it is refilled from the slots once the evictions since its last fill
-//   pass half the keys held.
+//   A caller that knows how many keys are coming may size it at once (reserve_index).
+// - from an index of filter_from entries (1 MiB) on, or of any size when reserve_index asks for it
+//   (a part of a split table: small, but the parts' indexes together are as large), a key absent
+//   from the table is told so without reading the index. A large index is past the caches: each
+//   probe of it is a miss to memory. A blocked Bloom filter, an eighth of the index's size (4 bits
+//   per index entry), one cache line per key with filter_probes bits set in it, says "absent" for
+//   most such keys; a new key's own index entry is written max_pending inserts later, its line
+//   loaded meanwhile. A key whose entry is still pending is found among those few slots after the
+//   index. The filter never forgets a key (a false "maybe" costs only the probe it would have
+//   spared); evictions leave stale bits, so it is refilled from the slots once the evictions since
+//   its last fill pass half the keys held.
 #pragma once
 
 #include <algorithm>
@@ -412,12 +414,36 @@ class keyed_lru {
   /// characters).
   static constexpr std::size_t slot_bytes() noexcept { return sizeof(slot); }
 
-  /// Whether the table has its filter (from an index of filter_from entries on; see the layout
-  /// above): most lookups of absent keys then read no index entry.
+  /// Whether the table has its filter (from an index of filter_from entries on, or as
+  /// reserve_index asked; see the layout above): most lookups of absent keys then read no index
+  /// entry.
   bool filtered() const noexcept { return filter_ != nullptr; }
 
   /// How many keys the table may hold now: max_keys, or less in a table that shares a budget.
   std::size_t room() const noexcept { return room_; }
+
+  /// Sizes an empty table's index for `keys` keys now, so that it is not rebuilt before it holds
+  /// more, and, when `filtered`, gives it the filter from that size on whatever the size (a part of
+  /// a split table, whose parts' indexes are past the caches together though each is small).
+  /// Throws std::bad_alloc when the memory cannot be had (the table is then as it was); a table
+  /// that holds keys already is left as it is.
+  void reserve_index(std::size_t keys, bool filtered) {
+    if (size_ != 0) return;
+    const bool was_forced = filter_forced_;
+    filter_forced_ = filtered;
+    try {
+      rebuild_index(index_entries_for(std::min<std::size_t>(keys, max_keys_)));
+    } catch (...) {
+      filter_forced_ = was_forced;
+      throw;
+    }
+  }
+  /// The index entries a table holding `keys` keys has (at most 3/4 of them in use).
+  static std::size_t index_entries_for(std::size_t keys) noexcept {
+    return std::max(min_index_size, std::bit_ceil((keys * 4 + 2) / 3));
+  }
+  /// The index entries (together) from which a table has its filter.
+  static constexpr std::size_t filter_from = std::size_t{1} << 18;
 
   /// Bytes the table uses: the slots made so far (whole chunks), the index (and the next one, once
   /// made ahead of its rebuild) and its filter, the chunk and arena lists and the characters of
@@ -455,9 +481,10 @@ class keyed_lru {
   static constexpr std::uint32_t chunk_mask = (1u << chunk_bits) - 1;
   static constexpr std::size_t max_arena_chunks = 1024;  // 6 MiB with a 16-byte State
   static constexpr std::size_t min_index_size = 8;
-  static constexpr std::uint32_t rebuild_lead = 16;                 // slots a rebuild loads ahead
-  static constexpr std::size_t filter_from = std::size_t{1} << 18;  // index entries
+  static constexpr std::uint32_t rebuild_lead = 16;  // slots a rebuild loads ahead
   static constexpr std::size_t filter_bits_per_entry = 4;
+  // The smallest index with a filter (of one block), when reserve_index asks for one.
+  static constexpr std::size_t min_filtered_index = 512 / filter_bits_per_entry;
   static constexpr std::size_t block_words = 8;  // 64 bytes: one cache line per key
   static constexpr unsigned filter_probes = 3;
   static constexpr std::uint32_t max_pending = 8;
@@ -709,7 +736,7 @@ class keyed_lru {
     index_ = static_cast<std::uint32_t*>(index_block_.data());
     index_mask_ = static_cast<std::uint32_t>(new_size - 1);
     pending_count_ = pending_first_ = 0;  // every slot below size_ goes in below, the pending ones too
-    if (new_size >= filter_from) {
+    if (new_size >= filter_from || (filter_forced_ && new_size >= min_filtered_index)) {
       try {  // zeroed; without one (no memory for it), lookups probe the index
         // Only what was asked of the block (a mapped one may hold more, in whole huge pages): a
         // filter twice the size had fewer false "maybe"s but missed the caches more (rc-bench keys).
@@ -776,6 +803,7 @@ class keyed_lru {
     filter_ = std::exchange(other.filter_, nullptr);
     filter_mask_ = std::exchange(other.filter_mask_, 0);
     filter_stale_ = std::exchange(other.filter_stale_, 0);
+    filter_forced_ = other.filter_forced_;
     pending_ = other.pending_;
     pending_count_ = std::exchange(other.pending_count_, 0);
     pending_first_ = std::exchange(other.pending_first_, 0);
@@ -827,6 +855,7 @@ class keyed_lru {
   std::uint64_t* filter_ = nullptr;
   std::uint32_t filter_mask_ = 0;
   std::uint32_t filter_stale_ = 0;  // evictions since the filter was last filled
+  bool filter_forced_ = false;      // a filter at any size (reserve_index)
   detail::table_block filter_block_;
   // Slots whose index entries are still to be written, oldest at pending_first_ (a ring).
   std::array<std::uint32_t, max_pending> pending_{};
