@@ -271,4 +271,33 @@ TEST_CASE("with 2 threads, keys beyond a split table evict idle ones or wait in 
   CHECK(s.routes[0].gates[0].rejected == 0);
 }
 
+TEST_CASE("with 2 threads, a split table with filters in its parts runs each of 200,000 keys once through 131,072") {
+  // From max_keys 131,072 the parts' indexes (32 of 8,192 entries) add up to 2^18 entries: each
+  // part has its filter, and a new key's index entry waits among the part's pending ones. Many
+  // more keys than max_keys, all at once on two threads: the parts evict through their filters
+  // (refilling them) or send keys to the overflow; every exchange runs once, unrefused, counted
+  // once, and no part holds more than the budget gave.
+  constexpr std::size_t max_keys = 131'072;
+  constexpr int n = 200'000;
+  rc::context ctx(rc::context_options{.threads = 2});
+  std::atomic<int> delivered{0}, failed{0};
+  auto sub = ctx.on("route:exchange:failed", [&](const rc::event&) { ++failed; });
+  auto def = rc::craft()
+                 .id("split-filtered")
+                 .throttle({.rate = 10'000, .burst = 1, .key = key_of, .max_keys = max_keys})
+                 .from(rc::simple(iota_values(n)))
+                 .process([&](rc::exchange&) { delivered.fetch_add(1); })
+                 .build();
+  const rc::keyed_gate* gate = split_gate(def);
+  CHECK(gate->stats().parts == 32);
+  CHECK(gate->stats().memory_bytes == 32 * (8'192 * 4 + 8'192 / 2));  // indexes and their filters
+  const rc::context_snapshot s = run_to_end(ctx, std::move(def));
+  CHECK(delivered.load() == n);
+  CHECK(failed.load() == 0);
+  CHECK(gate->stats().keys <= max_keys);
+  REQUIRE(s.routes.at(0).gates.size() == 1);
+  CHECK(s.routes[0].gates[0].passed == static_cast<std::uint64_t>(n));
+  CHECK(s.routes[0].gates[0].rejected == 0);
+}
+
 }  // namespace keyed_parts_test
