@@ -1,7 +1,7 @@
 // rc-bench: end-to-end figures for the engine, one scenario per run.
 //
 //   rc-bench --scenario NAME [--n N] [--max-keys K] [--threads T] [--timer-lead-us U]
-//            [--timer-race on|off]
+//            [--timer-race on|off] [--tsc-clock on|off]
 //
 // Prints one JSON object: scenario, n, threads, seconds, per_second, peak_rss_mb, cpu_seconds,
 // plus the scenario's own figures. Every scenario runs on a real-time context (steady clock, T
@@ -60,6 +60,7 @@
 #include <numeric>
 #include <optional>
 #include <rc/rc.hpp>
+#include <rc/tsc_clock.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -106,14 +107,18 @@ std::vector<int> iota_values(std::size_t n) {
   return v;
 }
 
-/// Worker threads of every scenario's context (--threads), its timer_lead (--timer-lead-us) and
-/// timer_race (--timer-race on).
+/// Worker threads of every scenario's context (--threads), its timer_lead (--timer-lead-us),
+/// timer_race (--timer-race on) and tsc_clock (--tsc-clock off).
 unsigned bench_threads = 1;
 rc::duration bench_timer_lead{};
 bool bench_timer_race = false;
+bool bench_tsc_clock = true;
 
 rc::context_options bench_options() {
-  return rc::context_options{.threads = bench_threads, .timer_lead = bench_timer_lead, .timer_race = bench_timer_race};
+  return rc::context_options{.threads = bench_threads,
+                             .timer_lead = bench_timer_lead,
+                             .timer_race = bench_timer_race,
+                             .tsc_clock = bench_tsc_clock};
 }
 
 /// A count bumped from the worker threads. Each thread has its own cache line (a shared counter
@@ -765,7 +770,7 @@ constexpr scenario scenarios[] = {
   std::fprintf(
       stderr,
       "rc-bench: %s\nusage: rc-bench --scenario NAME [--n N] [--max-keys K] [--threads T] [--timer-lead-us U]\n"
-      "                [--timer-race on|off]\n"
+      "                [--timer-race on|off] [--tsc-clock on|off]\n"
       "scenarios:",
       why);
   for (const auto& s : scenarios) std::fprintf(stderr, " %.*s", static_cast<int>(s.name.size()), s.name.data());
@@ -799,10 +804,11 @@ int main(int argc, char** argv) {
       bench_threads = static_cast<unsigned>(std::min<std::size_t>(parse_count(argv[++i]), 256));
     else if (arg == "--timer-lead-us")
       bench_timer_lead = std::chrono::microseconds(parse_count(argv[++i]));
-    else if (arg == "--timer-race") {
+    else if (arg == "--timer-race" || arg == "--tsc-clock") {
       const std::string_view v = argv[++i];
-      if (v != "on" && v != "off") usage("--timer-race takes on or off");
-      bench_timer_race = v == "on";
+      if (v != "on" && v != "off")
+        usage(arg == "--timer-race" ? "--timer-race takes on or off" : "--tsc-clock takes on or off");
+      (arg == "--timer-race" ? bench_timer_race : bench_tsc_clock) = v == "on";
     } else
       usage("unknown argument");
   }
@@ -820,6 +826,7 @@ int main(int argc, char** argv) {
                           {"threads", bench_threads},
                           {"timer_lead_us", std::chrono::duration<double, std::micro>(bench_timer_lead).count()},
                           {"timer_race", bench_timer_race},
+                          {"tsc_clock", bench_tsc_clock && rc::detail::tsc_clock::usable()},
                           {"seconds", r.seconds},
                           {"per_second", static_cast<double>(config.n) / r.seconds},
                           {"peak_rss_mb", peak_rss_mb()},

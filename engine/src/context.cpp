@@ -17,6 +17,7 @@
 #include "rc/gates/spin_mutex.hpp"
 #include "rc/options.hpp"
 #include "rc/timer_race.hpp"
+#include "rc/tsc_clock.hpp"
 
 namespace asio = boost::asio;
 
@@ -32,8 +33,12 @@ constexpr duration max_timer_lead = std::chrono::milliseconds(10);
 // whichever wakes first while the wait is still armed takes it up.
 class steady_scheduler final : public scheduler {
  public:
-  steady_scheduler(asio::io_context& io, duration lead, bool race)
-      : epoch_(std::chrono::steady_clock::now()), lead_(lead), timer_(io) {
+  steady_scheduler(asio::io_context& io, duration lead, bool race, bool counter)
+      : epoch_(std::chrono::steady_clock::now()),
+        epoch_ns_(std::chrono::duration_cast<duration>(epoch_.time_since_epoch())),
+        counter_(counter && detail::tsc_clock::usable() ? &detail::tsc_clock::instance() : nullptr),
+        lead_(lead),
+        timer_(io) {
     timespec res{};
     if (::clock_getres(CLOCK_MONOTONIC_COARSE, &res) == 0)
       coarse_resolution_ = std::chrono::seconds(res.tv_sec) + std::chrono::nanoseconds(res.tv_nsec);
@@ -44,6 +49,7 @@ class steady_scheduler final : public scheduler {
   }
 
   time_point now() const override {
+    if (counter_) return time_point(duration(counter_->now_ns()) - epoch_ns_);
     return time_point(std::chrono::duration_cast<duration>(std::chrono::steady_clock::now() - epoch_));
   }
 
@@ -96,7 +102,10 @@ class steady_scheduler final : public scheduler {
     time_point due;
     {
       std::lock_guard lock(mutex_);
-      if (armed_ == time_point::max() || now() < armed_ - lead_) return;
+      // The helper woke on steady_clock: ask that clock (the counter's may be a few ns behind it).
+      if (armed_ == time_point::max() ||
+          std::chrono::steady_clock::now() < epoch_ + (armed_ - lead_).time_since_epoch())
+        return;
       due = armed_;
       armed_ = time_point::max();  // the asio timer, if it still fires, finds nothing due
     }
@@ -106,13 +115,17 @@ class steady_scheduler final : public scheduler {
   void fire_armed(time_point due) {
     // timer_lead: woken early on purpose; the rest of the way on the clock. A wait that came due
     // earlier meanwhile armed a timer of its own and is fired with this one.
+    // Without it, the wait is due by steady_clock, on which the timer fell due: the counter's
+    // clock may read a few ns behind it.
     if (lead_ > duration::zero()) {
       while (now() < due) detail::cpu_pause();
     }
-    fire_due(now(), false);
+    fire_due(std::max(now(), due), false);
   }
 
   std::chrono::steady_clock::time_point epoch_;
+  duration epoch_ns_;                             // epoch_, in ns since steady_clock's epoch
+  detail::tsc_clock* counter_;                    // context_options::tsc_clock, where usable; else steady_clock
   duration lead_;                                 // context_options::timer_lead
   duration coarse_resolution_ = duration::max();  // max: no coarse clock, coarse_now() is now()
   asio::steady_timer timer_;
@@ -183,7 +196,7 @@ struct context::impl {
       manual = m.get();
       clock = std::move(m);
     } else {
-      clock = std::make_unique<steady_scheduler>(io, options.timer_lead, options.timer_race);
+      clock = std::make_unique<steady_scheduler>(io, options.timer_lead, options.timer_race, options.tsc_clock);
     }
     clock->set_executor([this](std::coroutine_handle<> h) { asio::post(io, [h] { h.resume(); }); });
     auto render = is_virtual ? std::function<std::string(time_point)>([this](time_point t) {
