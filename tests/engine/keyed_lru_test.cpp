@@ -375,6 +375,32 @@ TEST_CASE("a large table makes its next index ahead of the rebuild at 3/4 load, 
   CHECK(capped.memory_bytes() < 196'608 * table::slot_bytes() + 2 * rc::detail::table_block::mapped_from);
 }
 
+TEST_CASE("a large table one doubling short of the largest index max_keys needs takes that one at once") {
+  // max_keys 1,000,000 needs at most 2,097,152 entries (8 MiB). The index of 524,288 entries
+  // (from 196,609 keys) is followed not by one of 1,048,576 but by the largest, made ahead from
+  // 5/8 load (327,681 keys) and taken at 3/4 (393,217): no rebuild after, where doubling would
+  // have moved 786,432 keys again.
+  constexpr std::size_t mib = 1024 * 1024;
+  table t(1'000'000);
+  std::size_t i = 0;
+  const auto fill_to = [&](std::size_t n) {
+    for (; i < n; ++i) REQUIRE(t.touch(key_of(i), always) != nullptr);
+    return t.memory_bytes();
+  };
+  const std::size_t before = fill_to(320'000);
+  const std::size_t ahead = fill_to(330'000);
+  CHECK(ahead - before >= 8 * mib);  // the largest index, made ahead
+  CHECK(ahead - before < 8 * mib + 10'000 * table::slot_bytes() + mib);
+  const std::size_t taken = fill_to(400'000);
+  CHECK(taken < ahead + 70'000 * table::slot_bytes());  // the 2 MiB index freed, no new one
+  const std::size_t full = fill_to(1'000'000);
+  // From here to max_keys: slots and the chunk list only; a new index would be 8 MiB more.
+  CHECK(full - taken < 600'000 * table::slot_bytes() + mib);
+  for (const std::size_t k : {std::size_t{0}, std::size_t{393'216}, std::size_t{393'217}, std::size_t{999'999}})
+    CHECK(holds(t, key_of(k)));
+  CHECK_FALSE(holds(t, key_of(1'000'000)));
+}
+
 TEST_CASE("a filtered table finds each key it holds, one inserted a moment ago too, and none other") {
   // The filter comes with the index of 262,144 entries, at 98,305 keys. Keys are looked up right
   // after their insert, while their index entries are still pending, and again at the end.

@@ -23,8 +23,10 @@
 //   millisecond or more on a virtual machine, which would otherwise fall on one insert.
 // - the index is open addressing with linear probing over uint32 entries, each packing a slot
 //   number with a tag (bits mixed from the key's hash), so a probe rarely touches a slot whose key
-//   cannot match. It doubles at 3/4 load, refilled from the slots in memory order (a slot keeps
-//   its hash, the tag is computed from it), and deletes by backward shift, so it needs no tombstones.
+//   cannot match. It doubles at 3/4 load (a large table of its own arenas one doubling short of
+//   the largest index its max_keys needs takes that one instead, sparing the last and largest
+//   rebuild), refilled from the slots in memory order (a slot keeps its hash, the tag is computed
+//   from it), and deletes by backward shift, so it needs no tombstones.
 //   A caller that knows how many keys are coming may size it at once (reserve_index).
 // - from an index of filter_from entries (1 MiB) on, or of any size when reserve_index asks for it
 //   (a part of a split table: small, but the parts' indexes together are as large), a key absent
@@ -520,7 +522,7 @@ class keyed_lru {
   slot& at(std::uint32_t s) noexcept { return chunk_list_[s >> chunk_bits][s & chunk_mask]; }
   std::uint32_t slot_of(std::uint32_t entry) const noexcept { return (entry & slot_mask_) - 1; }
   std::size_t index_size() const noexcept { return index_ != nullptr ? std::size_t{index_mask_} + 1 : 0; }
-  std::size_t next_index_size() const noexcept { return next_index_.data() != nullptr ? 2 * index_size() : 0; }
+  std::size_t next_index_size() const noexcept { return next_index_.data() != nullptr ? next_index_entries() : 0; }
 
   std::uint32_t find_slot(std::string_view key, key_hash h) noexcept {
     if (index_ == nullptr) return nil;
@@ -660,10 +662,20 @@ class keyed_lru {
   void make_room_for_one_more() {
     if (size_ == slots_allocated_) make_chunk();
     if ((std::size_t{size_} + 1) * 4 > index_size() * 3) {
-      rebuild_index(std::max(min_index_size, index_size() * 2));
+      rebuild_index(next_index_entries());
     } else if ((std::size_t{size_} + 1) * 8 > index_size() * 5) {
       make_next_index();
     }
+  }
+
+  // The index after this one: twice the size; but a large table of its own arenas one doubling
+  // from the largest index max_keys needs takes that one at once, skipping the last rebuild (the
+  // one that would move three quarters of max_keys' keys).
+  std::size_t next_index_entries() const noexcept {
+    const std::size_t twice = std::max(min_index_size, index_size() * 2);
+    if (pool_ != nullptr || twice < filter_from) return twice;
+    const std::size_t largest = index_entries_for(max_keys_);
+    return twice < largest && twice * 2 >= largest ? largest : twice;
   }
 
   // From 5/8 load, a mapped index's successor is made (its pages on another core) for the
@@ -671,7 +683,7 @@ class keyed_lru {
   // part of a split one is small, and its threads keep the cores busy). One that cannot be had
   // now is made by the rebuild, as a small one always is.
   void make_next_index() noexcept {
-    const std::size_t bytes = 2 * index_size() * sizeof(std::uint32_t);
+    const std::size_t bytes = next_index_entries() * sizeof(std::uint32_t);
     if (pool_ != nullptr || next_index_.data() != nullptr || bytes < detail::table_block::mapped_from ||
         std::size_t{max_keys_} * 4 <= index_size() * 3)
       return;
