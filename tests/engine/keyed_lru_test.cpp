@@ -48,6 +48,17 @@ std::string long_key_of(std::size_t i) { return "tenant-0000000000/user-" + std:
 
 bool holds(table& t, std::string_view key) { return t.find(key) != nullptr; }
 
+/// Fills a table with key_of(0), key_of(1), ... in steps, every one let in.
+struct filler {
+  table& t;
+  std::size_t next = 0;
+  /// Touches the keys up to key_of(n - 1); returns the table's memory then.
+  std::size_t to(std::size_t n) {
+    for (; next < n; ++next) REQUIRE(t.touch(key_of(next), always) != nullptr);
+    return t.memory_bytes();
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a keyed table rejects a max_keys of zero") { CHECK_THROWS_AS(table(0), std::invalid_argument); }
@@ -356,15 +367,11 @@ TEST_CASE("a large table makes its next index ahead of the rebuild at 3/4 load, 
   // Index of 262,144 entries (1 MiB) from 98,305 keys to 196,608; its successor (2 MiB) is made
   // from 5/8 load (163,841 keys) on, its pages on another core, and the rebuild uses that one.
   table t(1'000'000);
-  std::size_t i = 0;
-  const auto fill_to = [&](std::size_t n) {
-    for (; i < n; ++i) REQUIRE(t.touch(key_of(i), always) != nullptr);
-    return t.memory_bytes();
-  };
-  const std::size_t before = fill_to(160'000);
-  const std::size_t ahead = fill_to(190'000);
+  filler fill{t};
+  const std::size_t before = fill.to(160'000);
+  const std::size_t ahead = fill.to(190'000);
   CHECK(ahead - before >= 2 * rc::detail::table_block::mapped_from);  // 30,000 slots and a 2 MiB index
-  const std::size_t rebuilt = fill_to(200'000);
+  const std::size_t rebuilt = fill.to(200'000);
   CHECK(rebuilt < ahead);  // the old 1 MiB index freed, no new one made
   for (const std::size_t k : {std::size_t{0}, std::size_t{163'840}, std::size_t{196'608}, std::size_t{199'999}})
     CHECK(holds(t, key_of(k)));
@@ -382,18 +389,14 @@ TEST_CASE("a large table one doubling short of the largest index max_keys needs 
   // have moved 786,432 keys again.
   constexpr std::size_t mib = 1024 * 1024;
   table t(1'000'000);
-  std::size_t i = 0;
-  const auto fill_to = [&](std::size_t n) {
-    for (; i < n; ++i) REQUIRE(t.touch(key_of(i), always) != nullptr);
-    return t.memory_bytes();
-  };
-  const std::size_t before = fill_to(320'000);
-  const std::size_t ahead = fill_to(330'000);
+  filler fill{t};
+  const std::size_t before = fill.to(320'000);
+  const std::size_t ahead = fill.to(330'000);
   CHECK(ahead - before >= 8 * mib);  // the largest index, made ahead
   CHECK(ahead - before < 8 * mib + 10'000 * table::slot_bytes() + mib);
-  const std::size_t taken = fill_to(400'000);
+  const std::size_t taken = fill.to(400'000);
   CHECK(taken < ahead + 70'000 * table::slot_bytes());  // the 2 MiB index freed, no new one
-  const std::size_t full = fill_to(1'000'000);
+  const std::size_t full = fill.to(1'000'000);
   // From here to max_keys: slots and the chunk list only; a new index would be 8 MiB more.
   CHECK(full - taken < 600'000 * table::slot_bytes() + mib);
   for (const std::size_t k : {std::size_t{0}, std::size_t{393'216}, std::size_t{393'217}, std::size_t{999'999}})
