@@ -115,11 +115,11 @@ class steady_scheduler final : public scheduler {
   void fire_armed(time_point due) {
     // timer_lead: woken early on purpose; the rest of the way on the clock. A wait that came due
     // earlier meanwhile armed a timer of its own and is fired with this one.
-    // Without it, the wait is due by steady_clock, on which the timer fell due: the counter's
-    // clock may read a few ns behind it.
     if (lead_ > duration::zero()) {
       while (now() < due) detail::cpu_pause();
     }
+    // Without a lead the wait is due by steady_clock, on which the timer fell due; the counter's
+    // clock may read a few ns behind it.
     fire_due(std::max(now(), due), false);
   }
 

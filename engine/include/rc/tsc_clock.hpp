@@ -72,8 +72,8 @@ counter_line next_counter_line(const counter_line& old, counter_sample& base, co
 /// The largest slow-down of a line ahead of the kernel's clock (0.5%).
 inline constexpr double max_counter_slew = 0.005;
 
-/// The process's counter clock. Any thread; lock-free readers (a seqlock: a re-anchor by one
-/// reader makes the others retry a read at most once).
+/// The process's counter clock. Any thread; lock-free readers (a seqlock: the reader that finds
+/// the line due re-anchors it; one that meets a re-anchor under way reads steady_clock instead).
 class tsc_clock {
  public:
   /// Whether the counter can be used on this machine: x86-64, invariant TSC, clocksource "tsc".
