@@ -13,10 +13,16 @@ namespace rc::detail {
 
 namespace {
 
-// How long a line is read before it is put back on the kernel's clock.
+// How long a line is read before it is put back on the kernel's clock: at most 4 ms, and no
+// longer than the rate has been measured over, so that a sample's error (the width of its
+// bracket) weighs no more on a line than on the rate it was measured with.
 constexpr std::int64_t anchor_interval_ns = 4'000'000;
 // How long the first calibration measures the counter's rate, once a process.
 constexpr std::int64_t calibration_ns = 250'000;
+
+std::int64_t interval_after(const counter_sample& base, const counter_sample& s) noexcept {
+  return std::clamp(s.ns - base.ns, calibration_ns, anchor_interval_ns);
+}
 
 std::int64_t kernel_ns() noexcept {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -35,11 +41,11 @@ std::uint64_t fenced_counter() noexcept {
 std::uint64_t fenced_counter() noexcept { return 0; }
 #endif
 
-// The kernel's time, and the counter at the middle of the tightest of three brackets around it.
-counter_sample take_sample() noexcept {
+// The kernel's time, and the counter at the middle of the tightest of `tries` brackets around it.
+counter_sample take_sample(int tries) noexcept {
   counter_sample best;
   std::uint64_t best_width = UINT64_MAX;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < tries; ++i) {
     const std::uint64_t before = fenced_counter();
     const std::int64_t ns = kernel_ns();
     const std::uint64_t after = fenced_counter();
@@ -104,11 +110,16 @@ tsc_clock& tsc_clock::instance() {
 }
 
 tsc_clock::tsc_clock() {
-  base_ = take_sample();
-  counter_sample s = take_sample();
-  while (s.ns - base_.ns < calibration_ns) s = take_sample();
+  // The first reads of a process can be slow (the vDSO's page, a sanitizer's interceptor): made
+  // once before the base, which every later rate is measured from.
+  (void)kernel_ns();
+  (void)fenced_counter();
+  base_ = take_sample(7);
+  while (kernel_ns() - base_.ns < calibration_ns) {
+  }
+  const counter_sample s = take_sample(7);
   const counter_line first =
-      next_counter_line(counter_line{base_.counter, base_.ns, 0, 0}, base_, s, anchor_interval_ns);
+      next_counter_line(counter_line{base_.counter, base_.ns, 0, 0}, base_, s, interval_after(base_, s));
   seq_.store(1, std::memory_order_relaxed);
   publish(first);
   seq_.store(2, std::memory_order_release);
@@ -139,8 +150,8 @@ std::int64_t tsc_clock::slow_now() noexcept {
   if ((seq & 1U) != 0 || !seq_.compare_exchange_strong(seq, seq + 1, std::memory_order_acq_rel)) return kernel_ns();
   const counter_line old{c0_.load(std::memory_order_relaxed), ns0_.load(std::memory_order_relaxed),
                          rate_.load(std::memory_order_relaxed), due_.load(std::memory_order_relaxed)};
-  const counter_sample s = take_sample();
-  const counter_line next = next_counter_line(old, base_, s, anchor_interval_ns);
+  const counter_sample s = take_sample(3);
+  const counter_line next = next_counter_line(old, base_, s, interval_after(base_, s));
   publish(next);
   seq_.store(seq + 2, std::memory_order_release);
   return next.ns0;

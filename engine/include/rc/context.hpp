@@ -67,7 +67,7 @@ struct context_options {
   /// CPU per timer over all threads, measured. No effect on one core or outside Linux. Off by default.
   bool timer_race = false;
   /// Real time only: read the time from the processor's time-stamp counter, kept on
-  /// steady_clock's time line (re-anchored every 4 ms, never stepping back; rc/tsc_clock.hpp),
+  /// steady_clock's time line (re-anchored at least every 4 ms, never stepping back; rc/tsc_clock.hpp),
   /// where the kernel keeps time with that counter itself (clocksource "tsc", invariant TSC). A
   /// read costs about 10 ns instead of steady_clock's 25, once an exchange for every throttle or
   /// limiter. false, or on other machines: steady_clock. Waits are on steady_clock either way.

@@ -4,7 +4,8 @@
 // on, most of it the ordering fence the kernel puts before its own counter read; a keyed throttle
 // reads the clock once an exchange, which made the clock a tenth of the decision. This clock
 // reads the counter without the fence and maps it onto steady_clock's time line through a line
-// (an anchor and a rate) that it re-anchors against steady_clock every few milliseconds:
+// (an anchor and a rate) that it re-anchors against steady_clock every 4 ms (sooner in the first
+// milliseconds of a process: never after longer than the rate has been measured over):
 //
 // - it reads steady_clock's time (nanoseconds since steady_clock's epoch), within a fraction of a
 //   microsecond: at each anchor the line is put back on the kernel's clock (never before it: a
