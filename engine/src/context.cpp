@@ -35,7 +35,6 @@ class steady_scheduler final : public scheduler {
  public:
   steady_scheduler(asio::io_context& io, duration lead, bool race, bool counter)
       : epoch_(std::chrono::steady_clock::now()),
-        epoch_ns_(std::chrono::duration_cast<duration>(epoch_.time_since_epoch())),
         counter_(counter && detail::tsc_clock::usable() ? &detail::tsc_clock::instance() : nullptr),
         lead_(lead),
         timer_(io) {
@@ -49,7 +48,7 @@ class steady_scheduler final : public scheduler {
   }
 
   time_point now() const override {
-    if (counter_) return time_point(duration(counter_->now_ns()) - epoch_ns_);
+    if (counter_) return time_point(duration(counter_->now_ns()) - epoch_.time_since_epoch());
     return time_point(std::chrono::duration_cast<duration>(std::chrono::steady_clock::now() - epoch_));
   }
 
@@ -124,7 +123,6 @@ class steady_scheduler final : public scheduler {
   }
 
   std::chrono::steady_clock::time_point epoch_;
-  duration epoch_ns_;                             // epoch_, in ns since steady_clock's epoch
   detail::tsc_clock* counter_;                    // context_options::tsc_clock, where usable; else steady_clock
   duration lead_;                                 // context_options::timer_lead
   duration coarse_resolution_ = duration::max();  // max: no coarse clock, coarse_now() is now()

@@ -136,8 +136,7 @@ void tsc_clock::publish(const counter_line& l) noexcept {
 counter_line tsc_clock::line() const noexcept {
   for (;;) {
     const std::uint32_t seq = seq_.load(std::memory_order_acquire);
-    const counter_line l{c0_.load(std::memory_order_acquire), ns0_.load(std::memory_order_acquire),
-                         rate_.load(std::memory_order_acquire), due_.load(std::memory_order_acquire)};
+    const counter_line l = load_line();
     if ((seq & 1U) == 0 && seq_.load(std::memory_order_relaxed) == seq) return l;
   }
 }
@@ -148,8 +147,7 @@ counter_line tsc_clock::line() const noexcept {
 std::int64_t tsc_clock::slow_now() noexcept {
   std::uint32_t seq = seq_.load(std::memory_order_acquire);
   if ((seq & 1U) != 0 || !seq_.compare_exchange_strong(seq, seq + 1, std::memory_order_acq_rel)) return kernel_ns();
-  const counter_line old{c0_.load(std::memory_order_relaxed), ns0_.load(std::memory_order_relaxed),
-                         rate_.load(std::memory_order_relaxed), due_.load(std::memory_order_relaxed)};
+  const counter_line old = load_line();
   const counter_sample s = take_sample(3);
   const counter_line next = next_counter_line(old, base_, s, interval_after(base_, s));
   publish(next);

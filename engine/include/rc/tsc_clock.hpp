@@ -86,16 +86,13 @@ class tsc_clock {
   /// steady_clock's time now, in ns since its epoch.
   std::int64_t now_ns() noexcept {
     const std::uint32_t seq = seq_.load(std::memory_order_acquire);
-    const std::uint64_t c0 = c0_.load(std::memory_order_acquire);
-    const std::int64_t ns0 = ns0_.load(std::memory_order_acquire);
-    const std::uint64_t rate = rate_.load(std::memory_order_acquire);
-    const std::uint64_t due = due_.load(std::memory_order_acquire);
+    const counter_line l = load_line();
     const std::uint64_t c = read_counter();
     std::int64_t t;
-    if ((seq & 1U) != 0 || seq_.load(std::memory_order_relaxed) != seq || c >= due || c < c0)
+    if ((seq & 1U) != 0 || seq_.load(std::memory_order_relaxed) != seq || c >= l.due || c < l.c0)
       t = slow_now();
     else
-      t = counter_line{c0, ns0, rate, due}.at(c);
+      t = l.at(c);
     if (t < last_) t = last_;
     last_ = t;
     return t;
@@ -118,6 +115,12 @@ class tsc_clock {
 #else
     return 0;
 #endif
+  }
+  // The fields as they are; a reader checks seq_ around it. Acquire: the seq_ load after it
+  // cannot move before it.
+  counter_line load_line() const noexcept {
+    return {c0_.load(std::memory_order_acquire), ns0_.load(std::memory_order_acquire),
+            rate_.load(std::memory_order_acquire), due_.load(std::memory_order_acquire)};
   }
   std::int64_t slow_now() noexcept;
   void publish(const counter_line& l) noexcept;  // seq_ odd, held by the caller
