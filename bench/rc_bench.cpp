@@ -785,6 +785,12 @@ std::size_t parse_count(const char* text) {
   return static_cast<std::size_t>(v);
 }
 
+// "on" or "off"; anything else stops with `why`.
+bool parse_on_off(std::string_view text, const char* why) {
+  if (text != "on" && text != "off") usage(why);
+  return text == "on";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -804,12 +810,11 @@ int main(int argc, char** argv) {
       bench_threads = static_cast<unsigned>(std::min<std::size_t>(parse_count(argv[++i]), 256));
     else if (arg == "--timer-lead-us")
       bench_timer_lead = std::chrono::microseconds(parse_count(argv[++i]));
-    else if (arg == "--timer-race" || arg == "--tsc-clock") {
-      const std::string_view v = argv[++i];
-      if (v != "on" && v != "off")
-        usage(arg == "--timer-race" ? "--timer-race takes on or off" : "--tsc-clock takes on or off");
-      (arg == "--timer-race" ? bench_timer_race : bench_tsc_clock) = v == "on";
-    } else
+    else if (arg == "--timer-race")
+      bench_timer_race = parse_on_off(argv[++i], "--timer-race takes on or off");
+    else if (arg == "--tsc-clock")
+      bench_tsc_clock = parse_on_off(argv[++i], "--tsc-clock takes on or off");
+    else
       usage("unknown argument");
   }
   const auto it =

@@ -34,6 +34,12 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 
+# show_set DIR S SETS: set S's rounds.sh summary (its lines other than the raw measurements).
+show_set() {
+  echo "== set $2 of $3"
+  grep -v '^R[0-9]' "$1/set$2.txt"
+}
+
 # summarise DIR [SETS HTTP_RUNS HTTP2_RUNS SIM_RUNS]: the HTTP and rc-sim tables and the verdict,
 # from the outputs in DIR: the counts given (a sitting just run), or as many as DIR holds.
 summarise() {
@@ -187,10 +193,7 @@ if [[ "${1:-}" = --summary ]]; then
   [[ -d "${2:-}" ]] || { echo "sitting: --summary needs the directory a sitting kept (RC_SITTING_DIR)" >&2; exit 1; }
   command -v python3 >/dev/null || { echo "sitting: python3 is not installed" >&2; exit 1; }
   n=$(find "$2" -maxdepth 1 -name 'set[0-9]*.txt' | wc -l)
-  for ((s = 1; s <= n; ++s)); do
-    echo "== set $s of $n"
-    grep -v '^R[0-9]' "$2/set$s.txt"
-  done
+  for ((s = 1; s <= n; ++s)); do show_set "$2" "$s" "$n"; done
   summarise "$2"
   exit 0
 fi
@@ -226,8 +229,7 @@ for ((s = 1; s <= sets; ++s)); do
   else
     RC_PACING=0 "$here/rounds.sh" "$build" >"$dir/set$s.txt" 9>&-
   fi
-  echo "== set $s of $sets"
-  grep -v '^R[0-9]' "$dir/set$s.txt"
+  show_set "$dir" "$s" "$sets"
 done
 
 for ((i = 1; i <= http_runs; ++i)); do "$here/http_load.sh" "$build" >"$dir/http$i.txt" 9>&-; done
