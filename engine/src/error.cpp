@@ -70,14 +70,35 @@ error::error(errc code, std::shared_ptr<const deferred> fields, bool retryable)
 
 // A copy shares the (immutable) source and builds its own fields when read; built fields are
 // copied as they are.
+// Both made member by member, as the assignments below set them: an error is copied into every
+// exception_ptr made of it (a gate's refusal is one per refused exchange).
 error::error(const error& other)
-    : std::exception(other), code_(other.code_), retryable_(other.retryable_), cause_(other.cause_) {
-  *this = other;
+    : std::exception(other),
+      code_(other.code_),
+      retryable_(other.retryable_),
+      cause_(other.cause_),
+      deferred_(other.deferred_) {
+  const bool message_ready = !other.deferred_ || other.message_state_.load(std::memory_order_acquire) == built;
+  const bool details_ready = !other.deferred_ || other.details_state_.load(std::memory_order_acquire) == built;
+  if (message_ready) {
+    message_ = other.message_;
+    what_ = other.what_;
+  }
+  if (details_ready) details_ = other.details_;
+  message_state_.store(message_ready && deferred_ ? built : unbuilt, std::memory_order_relaxed);
+  details_state_.store(details_ready && deferred_ ? built : unbuilt, std::memory_order_relaxed);
 }
 
 error::error(error&& other) noexcept
-    : std::exception(other), code_(other.code_), retryable_(other.retryable_), cause_(other.cause_) {
-  *this = std::move(other);
+    : std::exception(other), code_(other.code_), retryable_(other.retryable_), cause_(std::move(other.cause_)) {
+  const bool message_ready = !other.deferred_ || other.message_state_.load(std::memory_order_acquire) == built;
+  const bool details_ready = !other.deferred_ || other.details_state_.load(std::memory_order_acquire) == built;
+  deferred_ = std::move(other.deferred_);
+  message_ = std::move(other.message_);
+  details_ = std::move(other.details_);
+  what_ = std::move(other.what_);
+  message_state_.store(message_ready && deferred_ ? built : unbuilt, std::memory_order_relaxed);
+  details_state_.store(details_ready && deferred_ ? built : unbuilt, std::memory_order_relaxed);
 }
 
 error& error::operator=(const error& other) {
