@@ -110,16 +110,19 @@ class response_headers {
     std::size_t i_;
   };
 
-  void emplace_back(std::string_view name, std::string_view value) {
-    entries_.push_back({append(name), static_cast<std::uint32_t>(name.size()), append(value),
-                        static_cast<std::uint32_t>(value.size())});
-    present_ |= known_bit(name);
-  }
+  void emplace_back(std::string_view name, std::string_view value) { add(name, value, false); }
+  /// As emplace_back, for a header the server made itself of a token name and a value of digits
+  /// and fixed text (a gate's RateLimit headers): serialize_response writes it without looking
+  /// through its characters for ones a header may not hold.
+  void emplace_back_checked(std::string_view name, std::string_view value) { add(name, value, true); }
   /// Replaces the value of the i-th header (the old bytes stay unused until clear()).
   void set_value(std::size_t i, std::string_view value) {
     entries_[i].value_at = append(value);
     entries_[i].value_size = static_cast<std::uint32_t>(value.size());
+    entries_[i].checked = false;
   }
+  /// Whether the i-th header came by emplace_back_checked (and was not replaced since).
+  bool checked(std::size_t i) const noexcept { return entries_[i].checked; }
   field operator[](std::size_t i) const noexcept {
     const entry& e = entries_[i];
     return {std::string_view(text_.data() + e.name_at, e.name_size),
@@ -143,7 +146,13 @@ class response_headers {
  private:
   struct entry {
     std::uint32_t name_at, name_size, value_at, value_size;
+    bool checked;
   };
+  void add(std::string_view name, std::string_view value, bool checked) {
+    entries_.push_back({append(name), static_cast<std::uint32_t>(name.size()), append(value),
+                        static_cast<std::uint32_t>(value.size()), checked});
+    present_ |= known_bit(name);
+  }
   static std::uint8_t known_bit(std::string_view name) noexcept {
     if (name.size() == 4 && iequals(name, "Date")) return static_cast<std::uint8_t>(known::date);
     if (name.size() == 11 && iequals(name, "Retry-After")) return static_cast<std::uint8_t>(known::retry_after);

@@ -184,11 +184,21 @@ void validate_builtin_paths(const http_source_options& o) {
   }
 }
 
+namespace {
+// Each byte with ASCII letters lower-cased.
+constexpr std::array<unsigned char, 256> ascii_lower = [] {
+  std::array<unsigned char, 256> t{};
+  for (std::size_t c = 0; c < t.size(); ++c)
+    t[c] = static_cast<unsigned char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return t;
+}();
+}  // namespace
+
 bool iequals(std::string_view a, std::string_view b) noexcept {
   if (a.size() != b.size()) return false;
-  const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
+  if (std::memcmp(a.data(), b.data(), a.size()) == 0) return true;  // spelt alike: the usual match
   for (std::size_t i = 0; i < a.size(); ++i)
-    if (lower(a[i]) != lower(b[i])) return false;
+    if (ascii_lower[static_cast<unsigned char>(a[i])] != ascii_lower[static_cast<unsigned char>(b[i])]) return false;
   return true;
 }
 
@@ -255,7 +265,12 @@ void append_json_headers(response_headers& out, const nlohmann::json& list) {
 void apply_limit_notes(response_headers& out, const exchange& ex) {
   bool first = out.empty();
   for (const auto& note : ex.limit_notes()) {
-    if (first)  // one note's headers have distinct names: with nothing before them, nothing to merge
+    // Every header a note makes is a fixed name with digits and fixed text, but for draft-8's
+    // policy name, which is the user's.
+    const bool checked = !includes(note.header_mode, rate_limit_headers::draft_8);
+    if (first && checked)  // one note's headers have distinct names: with nothing before them, nothing to merge
+      each_rate_limit_header(note, [&out](std::string_view k, std::string_view v) { out.emplace_back_checked(k, v); });
+    else if (first)
       each_rate_limit_header(note, [&out](std::string_view k, std::string_view v) { out.emplace_back(k, v); });
     else
       each_rate_limit_header(note, [&out](std::string_view k, std::string_view v) { merge_header(out, k, v); });
@@ -543,8 +558,9 @@ void serialize_response(std::string& out, const response_parts& r, bool head, bo
     put("Connection: close\r\n"sv);
   else if (http10)
     put("Connection: keep-alive\r\n"sv);
-  for (const auto& [k, v] : r.headers) {
-    if (!valid_header_name(k) || !valid_header_text(v)) continue;
+  for (std::size_t i = 0; i < r.headers.size(); ++i) {
+    const auto [k, v] = r.headers[i];
+    if (!r.headers.checked(i) && (!valid_header_name(k) || !valid_header_text(v))) continue;
     put(k);
     put(": "sv);
     put(v);

@@ -801,7 +801,8 @@ class connection final : public connection_base {
 
     set_deadline(m.response_timeout ? steady::now() + *m.response_timeout : steady::time_point::max());
     rt.adopt(ex);
-    ex.set_header(client_header, body.client_key);
+    ex.headers() = std::exchange(spare_headers_, header_map());
+    ex.headers().set_string(client_header, body.client_key);
     if (const auto* corr = body.header("X-Correlation-Id"); corr && !corr->empty() && corr->size() <= 128)
       ex.set_correlation_id(*corr);
     if (m.response_timeout) ex.set_deadline(rt.now() + *m.response_timeout);
@@ -815,6 +816,8 @@ class connection final : public connection_base {
       } catch (...) {
         r = http_detail::error_response(500, code_string(errc::step_failed), "Internal Server Error");
       }
+      if (header_map& h = done.ex.headers(); h.size() == 1 && h.begin()->first == client_header)
+        spare_headers_ = std::move(h);
       return false;
     }
     abort_.emplace(server_->ctx().clock());
@@ -987,6 +990,9 @@ class connection final : public connection_base {
   response_parts response_;  // the response being answered, reused from request to request
   std::optional<cancel_signal> abort_;
   std::optional<run_result> result_;  // an exchange run elsewhere, handed back by finish()
+  // The header list of the last exchange answered here when it held only the client key: the
+  // next request's exchange takes it, list and strings, and sets the key in place.
+  header_map spare_headers_;
 
   http_detail::ip_address peer_;
   std::string peer_text_;

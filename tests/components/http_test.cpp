@@ -452,6 +452,43 @@ TEST_CASE("http: keep-alive serves several requests on one connection, pipelined
   CHECK(c.closed_within(2000ms));
 }
 
+TEST_CASE("http: each request on a keep-alive connection starts with only its own client header") {
+  // The server hands one exchange's header list on to the next request's exchange when it held
+  // only the client key: whatever a route did to the headers, the next request sees none of it.
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/h/:what", .server = {.trusted_proxies = {"loopback"}}});
+  ctx.add(rc::craft().id("h").from(src).transform([](rc::http_request r, rc::exchange& ex) {
+    auto seen = ex.headers().to_json();
+    const std::string what = r.param("what");
+    if (what == "replace") {  // one header still, but not the client's
+      ex.headers().erase(rc::client_header);
+      ex.set_header("x-left-behind", 1);
+    } else if (what == "number") {
+      ex.set_header(rc::client_header, 7);
+    } else if (what == "add") {
+      ex.set_header("x-added", "yes");
+    }
+    return seen;
+  }));
+  running run(ctx);
+  raw_client c(src.port());
+  const auto seen = [&c](std::string_view what, std::string_view client) {
+    c.send(get(fmt::format("/h/{}", what), fmt::format("X-Forwarded-For: {}\r\n", client)));
+    const auto r = c.read();
+    REQUIRE(r);
+    return r->json();
+  };
+  const auto only = [](std::string_view client) { return nlohmann::json{{rc::client_header, client}}; };
+  CHECK(seen("plain", "203.0.113.1") == only("203.0.113.1"));
+  CHECK(seen("plain", "203.0.113.2") == only("203.0.113.2"));
+  CHECK(seen("replace", "203.0.113.3") == only("203.0.113.3"));
+  CHECK(seen("plain", "203.0.113.4") == only("203.0.113.4"));
+  CHECK(seen("number", "203.0.113.5") == only("203.0.113.5"));
+  CHECK(seen("plain", "203.0.113.66") == only("203.0.113.66"));
+  CHECK(seen("add", "203.0.113.7") == only("203.0.113.7"));
+  CHECK(seen("plain", "203.0.113.8") == only("203.0.113.8"));
+}
+
 TEST_CASE("http: HTTP/1.0 closes after the response unless it asks for keep-alive") {
   rc::context ctx(quick_stop());
   auto src = rc::http_source({.path = "/"});
@@ -509,6 +546,33 @@ TEST_CASE("http: a throttle refusal is 429 with Retry-After in whole seconds, ro
   CHECK(seconds >= 59);
   CHECK(seconds <= 60);
   CHECK(r.json()["code"] == "RC5013");
+}
+
+TEST_CASE("http: a draft-8 policy name that would break the header block is not written, the numbers still are") {
+  // Every RateLimit header is written as made but draft-8's, whose policy name is the user's text:
+  // one holding CR LF (a header of its own, smuggled) is dropped, as any header of that kind is.
+  rc::context ctx(quick_stop());
+  auto src = rc::http_source({.path = "/p"});
+  ctx.add(rc::craft()
+              .id("p")
+              .rate_limit({.limit = 1,
+                           .window = 30s,
+                           .headers = rc::rate_limit_headers::draft_8 | rc::rate_limit_headers::legacy,
+                           .key = rc::by_client(),
+                           .policy = "q\r\nX-Smuggled: yes"})
+              .from(src)
+              .transform([](rc::http_request) { return std::string("ok"); }));
+  running run(ctx);
+  for (const int status : {200, 429}) {
+    const auto r = request(src.port(), get("/p"));
+    CHECK(r.status == status);
+    CHECK(r.header("X-Smuggled") == nullptr);
+    CHECK(r.header("RateLimit") == nullptr);
+    CHECK(r.header("RateLimit-Policy") == nullptr);
+    REQUIRE(r.header("X-RateLimit-Limit"));
+    CHECK(*r.header("X-RateLimit-Limit") == "1");
+    CHECK(r.header("X-RateLimit-Remaining") != nullptr);
+  }
 }
 
 TEST_CASE("http: rate_limit headers (draft-6, draft-7, draft-8, legacy) on every response, and 429 with Retry-After") {

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -72,4 +73,21 @@ TEST_CASE("exchange: a block made on one thread and released on another serves t
   rc::exchange here;
   check_fresh(here);
   CHECK(hooks_run == 0);
+}
+
+TEST_CASE("exchange: header_map::set_string sets a key's text in place, as set() would") {
+  rc::header_map h;
+  h.set_string("a", "first value, longer than any short string");
+  h.set("b", 7);
+  REQUIRE(h.size() == 2);
+  const std::string* held = &h.find("a")->get_ref<const std::string&>();
+  h.set_string("a", "second");
+  CHECK(*h.find("a") == "second");
+  CHECK(&h.find("a")->get_ref<const std::string&>() == held);  // the same string, given new text
+  h.set_string("b", "now text");                               // a value of another type is replaced
+  CHECK(*h.find("b") == "now text");
+  h.set_string("c", "");
+  CHECK(*h.find("c") == "");
+  CHECK(h.to_json() == nlohmann::json{{"a", "second"}, {"b", "now text"}, {"c", ""}});
+  CHECK(h.begin()->first == "a");  // insertion order kept
 }

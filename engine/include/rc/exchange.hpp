@@ -204,6 +204,19 @@ class header_map {
       }
     items_.emplace_back(std::string(key), std::move(value));
   }
+  /// As set(key, text), but a string value already under `key` takes the text in its own
+  /// storage: a map kept from one exchange to the next sets it again without allocating.
+  void set_string(std::string_view key, std::string_view text) {
+    for (auto& [k, v] : items_)
+      if (k == key) {
+        if (v.is_string())
+          v.get_ref<std::string&>().assign(text);
+        else
+          v = std::string(text);
+        return;
+      }
+    items_.emplace_back(std::string(key), std::string(text));
+  }
   bool erase(std::string_view key) {
     for (auto it = items_.begin(); it != items_.end(); ++it)
       if (it->first == key) {
