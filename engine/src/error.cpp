@@ -69,9 +69,8 @@ error::error(errc code, std::shared_ptr<const deferred> fields, bool retryable)
     : code_(code), retryable_(retryable), deferred_(std::move(fields)) {}
 
 // A copy shares the (immutable) source and builds its own fields when read; built fields are
-// copied as they are.
-// Both made member by member, as the assignments below set them: an error is copied into every
-// exception_ptr made of it (a gate's refusal is one per refused exchange).
+// copied as they are. Both constructors set each member once, as the assignments below do: an
+// error is copied into every exception_ptr made of it (a gate's refusal: one per refused exchange).
 error::error(const error& other)
     : std::exception(other),
       code_(other.code_),

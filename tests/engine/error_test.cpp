@@ -171,3 +171,36 @@ TEST_CASE("a deferred error whose build throws is left unbuilt, and the next rea
   CHECK(err.details() == nlohmann::json{{"n", 1}});
   CHECK(builds->load() == 2);
 }
+
+TEST_CASE("an error copied or moved holds what the original held: code, message, details, cause, built parts") {
+  const std::exception_ptr cause = std::make_exception_ptr(std::runtime_error("root"));
+  const rc::error eager(rc::errc::step_failed, "boom", false, cause, {{"n", 1}});
+  rc::error copy = eager;
+  const rc::error moved = std::move(copy);
+  for (const rc::error* e : {&eager, &moved}) {
+    CHECK(e->code() == rc::errc::step_failed);
+    CHECK(e->message() == "boom");
+    CHECK_FALSE(e->retryable());
+    CHECK(e->cause() == cause);
+    CHECK(e->details() == nlohmann::json{{"n", 1}});
+    CHECK(std::string(e->what()) == "RC5001: boom");
+  }
+
+  // A deferred error moved before its first read builds on its new owner; one moved after keeps
+  // what was built and builds nothing again.
+  counted_fields f{.key = "m"};
+  const auto messages = f.messages;
+  rc::error unread = rc::deferred_error(rc::errc::rate_limited, true, f);
+  const rc::error took_unread = std::move(unread);
+  CHECK(took_unread.message() == "refused key \"m\"");
+  CHECK(*messages == 1);
+  rc::error read = rc::deferred_error(rc::errc::rate_limited, true, f);
+  CHECK(read.message() == "refused key \"m\"");
+  CHECK(*messages == 2);
+  const rc::error took_read = std::move(read);
+  CHECK(took_read.message() == "refused key \"m\"");
+  CHECK(std::string(took_read.what()) == "RC5013: refused key \"m\"");
+  CHECK(took_read.retryable());
+  CHECK(*messages == 2);
+  CHECK(took_read.details() == nlohmann::json{{"key", "m"}, {"retry_after_ms", 250.0}});
+}
