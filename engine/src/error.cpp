@@ -69,35 +69,17 @@ error::error(errc code, std::shared_ptr<const deferred> fields, bool retryable)
     : code_(code), retryable_(retryable), deferred_(std::move(fields)) {}
 
 // A copy shares the (immutable) source and builds its own fields when read; built fields are
-// copied as they are. Both constructors set each member once, as the assignments below do: an
-// error is copied into every exception_ptr made of it (a gate's refusal: one per refused exchange).
+// copied as they are. The constructors set each member once, the assignments over what was
+// there: an error is copied into every exception_ptr made of it (a gate's refusal: one per
+// refused exchange).
 error::error(const error& other)
-    : std::exception(other),
-      code_(other.code_),
-      retryable_(other.retryable_),
-      cause_(other.cause_),
-      deferred_(other.deferred_) {
-  const bool message_ready = !other.deferred_ || other.message_state_.load(std::memory_order_acquire) == built;
-  const bool details_ready = !other.deferred_ || other.details_state_.load(std::memory_order_acquire) == built;
-  if (message_ready) {
-    message_ = other.message_;
-    what_ = other.what_;
-  }
-  if (details_ready) details_ = other.details_;
-  message_state_.store(message_ready && deferred_ ? built : unbuilt, std::memory_order_relaxed);
-  details_state_.store(details_ready && deferred_ ? built : unbuilt, std::memory_order_relaxed);
+    : std::exception(other), code_(other.code_), retryable_(other.retryable_), cause_(other.cause_) {
+  copy_parts(other);
 }
 
 error::error(error&& other) noexcept
     : std::exception(other), code_(other.code_), retryable_(other.retryable_), cause_(std::move(other.cause_)) {
-  const bool message_ready = !other.deferred_ || other.message_state_.load(std::memory_order_acquire) == built;
-  const bool details_ready = !other.deferred_ || other.details_state_.load(std::memory_order_acquire) == built;
-  deferred_ = std::move(other.deferred_);
-  message_ = std::move(other.message_);
-  details_ = std::move(other.details_);
-  what_ = std::move(other.what_);
-  message_state_.store(message_ready && deferred_ ? built : unbuilt, std::memory_order_relaxed);
-  details_state_.store(details_ready && deferred_ ? built : unbuilt, std::memory_order_relaxed);
+  take_parts(other);
 }
 
 error& error::operator=(const error& other) {
@@ -106,22 +88,7 @@ error& error::operator=(const error& other) {
   code_ = other.code_;
   retryable_ = other.retryable_;
   cause_ = other.cause_;
-  deferred_ = other.deferred_;
-  const bool message_ready = !other.deferred_ || other.message_state_.load(std::memory_order_acquire) == built;
-  const bool details_ready = !other.deferred_ || other.details_state_.load(std::memory_order_acquire) == built;
-  if (message_ready) {
-    message_ = other.message_;
-    what_ = other.what_;
-  } else {
-    message_.clear();
-    what_.clear();
-  }
-  if (details_ready)
-    details_ = other.details_;
-  else
-    details_ = nullptr;
-  message_state_.store(message_ready && deferred_ ? built : unbuilt, std::memory_order_release);
-  details_state_.store(details_ready && deferred_ ? built : unbuilt, std::memory_order_release);
+  copy_parts(other);
   return *this;
 }
 
@@ -131,15 +98,44 @@ error& error::operator=(error&& other) noexcept {
   code_ = other.code_;
   retryable_ = other.retryable_;
   cause_ = std::move(other.cause_);
-  const bool message_ready = !other.deferred_ || other.message_state_.load(std::memory_order_acquire) == built;
-  const bool details_ready = !other.deferred_ || other.details_state_.load(std::memory_order_acquire) == built;
+  take_parts(other);
+  return *this;
+}
+
+error::built_parts error::built_of(const error& other) noexcept {
+  return {!other.deferred_ || other.message_state_.load(std::memory_order_acquire) == built,
+          !other.deferred_ || other.details_state_.load(std::memory_order_acquire) == built};
+}
+
+void error::set_states(built_parts b) noexcept {
+  message_state_.store(b.message && deferred_ ? built : unbuilt, std::memory_order_release);
+  details_state_.store(b.details && deferred_ ? built : unbuilt, std::memory_order_release);
+}
+
+void error::copy_parts(const error& other) {
+  const built_parts b = built_of(other);
+  deferred_ = other.deferred_;
+  if (b.message) {
+    message_ = other.message_;
+    what_ = other.what_;
+  } else {
+    message_.clear();
+    what_.clear();
+  }
+  if (b.details)
+    details_ = other.details_;
+  else
+    details_ = nullptr;
+  set_states(b);
+}
+
+void error::take_parts(error& other) noexcept {
+  const built_parts b = built_of(other);
   deferred_ = std::move(other.deferred_);
   message_ = std::move(other.message_);
   details_ = std::move(other.details_);
   what_ = std::move(other.what_);
-  message_state_.store(message_ready && deferred_ ? built : unbuilt, std::memory_order_release);
-  details_state_.store(details_ready && deferred_ ? built : unbuilt, std::memory_order_release);
-  return *this;
+  set_states(b);
 }
 
 // Builds one part of a deferred error, once: a transport may read every refusal's message, on

@@ -106,6 +106,16 @@ class error : public std::exception {
   }
   void build_message() const;
   void build_details() const;
+  // Which of an error's message and details are built (an eager error's always are); the
+  // copy and move of the deferred source and those parts, with the states to match.
+  struct built_parts {
+    bool message;
+    bool details;
+  };
+  static built_parts built_of(const error& other) noexcept;
+  void set_states(built_parts b) noexcept;
+  void copy_parts(const error& other);
+  void take_parts(error& other) noexcept;
   template <class Build>
   static void build_once(std::atomic<std::uint8_t>& state, Build&& build);
 
