@@ -244,6 +244,10 @@ std::exception_ptr normalise(const std::exception_ptr& e) {
   return std::make_exception_ptr(to_error(e));
 }
 
+void normalise_in_place(std::exception_ptr& e) {
+  if (!error_of(e)) e = std::make_exception_ptr(to_error(e));
+}
+
 nlohmann::json error_json(const error& err, bool with_details) {
   nlohmann::json j = {{"code", err.code_string()}, {"message", err.message()}, {"retryable", err.retryable()}};
   if (with_details && !err.details().empty()) j["details"] = err.details();

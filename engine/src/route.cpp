@@ -204,7 +204,7 @@ void route_runtime::after_step(step& s, exchange& ex, outcome& o, bool events_on
         j["error"] = message_of(o.error);
         return j;
       });
-    if (!error_of(o.error)) o.error = normalise(o.error);  // an rc::error stays as it is, uncopied
+    normalise_in_place(o.error);
     o.reported = true;
     bus.emit(event_id::step_error, [&] {
       return nlohmann::json{
@@ -322,7 +322,7 @@ template <bool Child>
       });
       break;
     case outcome::kind::fail: {
-      if (!error_of(o.error)) o.error = normalise(o.error);  // an rc::error stays as it is, uncopied
+      normalise_in_place(o.error);
       bus.emit(event_id::route_error, [&] {
         return nlohmann::json{{"routeId", rt.id()}, {"error", error_json(o.error)}, {"exchange", ex.to_json()}};
       });

@@ -180,6 +180,9 @@ error to_error(const std::exception_ptr& e);
 const error* error_of(const std::exception_ptr& e) noexcept;
 /// The error behind an exception_ptr, normalised, as an exception_ptr (cheap when already rc::error).
 std::exception_ptr normalise(const std::exception_ptr& e);
+/// normalise(e) into `e`, which is left untouched (not assigned a copy of itself) when it holds
+/// an rc::error already, as a failure mostly does.
+void normalise_in_place(std::exception_ptr& e);
 /// The message of any exception ("unknown error" for non-std exceptions).
 std::string message_of(const std::exception_ptr& e);
 /// How events carry an error: {code, message, retryable}, plus `details` when it has any and

@@ -197,25 +197,21 @@ class header_map {
     return nullptr;
   }
   void set(std::string_view key, nlohmann::json value) {
-    for (auto& [k, v] : items_)
-      if (k == key) {
-        v = std::move(value);
-        return;
-      }
-    items_.emplace_back(std::string(key), std::move(value));
+    if (nlohmann::json* v = value_of(key))
+      *v = std::move(value);
+    else
+      items_.emplace_back(std::string(key), std::move(value));
   }
   /// As set(key, text), but a string value already under `key` takes the text in its own
   /// storage: a map kept from one exchange to the next sets it again without allocating.
   void set_string(std::string_view key, std::string_view text) {
-    for (auto& [k, v] : items_)
-      if (k == key) {
-        if (v.is_string())
-          v.get_ref<std::string&>().assign(text);
-        else
-          v = std::string(text);
-        return;
-      }
-    items_.emplace_back(std::string(key), std::string(text));
+    nlohmann::json* v = value_of(key);
+    if (v == nullptr)
+      items_.emplace_back(std::string(key), std::string(text));
+    else if (v->is_string())
+      v->get_ref<std::string&>().assign(text);
+    else
+      *v = std::string(text);
   }
   bool erase(std::string_view key) {
     for (auto it = items_.begin(); it != items_.end(); ++it)
@@ -232,6 +228,10 @@ class header_map {
   nlohmann::json to_json() const;
 
  private:
+  // find(), on a map this caller may change.
+  nlohmann::json* value_of(std::string_view key) noexcept {
+    return const_cast<nlohmann::json*>(std::as_const(*this).find(key));
+  }
   std::vector<value_type> items_;
 };
 
