@@ -189,9 +189,9 @@ else:
 PY
 }
 
+command -v python3 >/dev/null || { echo "sitting: python3 is not installed" >&2; exit 1; }
 if [[ "${1:-}" = --summary ]]; then
   [[ -d "${2:-}" ]] || { echo "sitting: --summary needs the directory a sitting kept (RC_SITTING_DIR)" >&2; exit 1; }
-  command -v python3 >/dev/null || { echo "sitting: python3 is not installed" >&2; exit 1; }
   n=$(find "$2" -maxdepth 1 -name 'set[0-9]*.txt' | wc -l)
   for ((s = 1; s <= n; ++s)); do show_set "$2" "$s" "$n"; done
   summarise "$2"
@@ -206,7 +206,6 @@ pacing="${RC_PACING:-9}"
 http_runs="${RC_HTTP_RUNS:-12}"
 http2_runs="${RC_HTTP2_RUNS:-3}"
 sim_runs="${RC_SIM_RUNS:-3}"
-command -v python3 >/dev/null || { echo "sitting: python3 is not installed" >&2; exit 1; }
 if command -v flock >/dev/null; then
   exec 9>"${TMPDIR:-/tmp}/rc-sitting.lock"
   flock -n 9 || { echo "sitting: another sitting is running (${TMPDIR:-/tmp}/rc-sitting.lock)" >&2; exit 1; }
